@@ -1,0 +1,1 @@
+"""The `taskstate` command line."""

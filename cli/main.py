@@ -1,0 +1,37 @@
+"""`taskstate` — one command, several subcommands.
+
+- `taskstate sidecar --redis-url URL --listen unix:///PATH`: run the sidecar.
+- `taskstate example [...]`: run the end-to-end Spark example with a private Redis and
+  sidecar (needs `taskstate[spark]`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Dispatch to a subcommand."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="taskstate", description=__doc__)
+    parser.add_argument("command", choices=["sidecar", "example"])
+    if not args or args[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command == "sidecar":
+        from taskstate.sidecar.cli import main as sidecar_main
+
+        return sidecar_main(rest)
+    if command == "example":
+        from taskstate.spark_plugin.example import main as example_main
+
+        return example_main(rest)
+    parser.parse_args(args[:1])  # prints the usage error and exits 2
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

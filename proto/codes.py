@@ -1,0 +1,37 @@
+"""Stable error codes carried in the gRPC trailing metadata key `taskstate-code`.
+
+The sidecar aborts with a gRPC status plus one of these codes; the client maps the code
+to a `TaskStateError` subclass. Codes never change meaning once released.
+"""
+
+from __future__ import annotations
+
+METADATA_KEY = "taskstate-code"
+
+CONFIG = "CONFIG"
+INVALID_ARGUMENT = "INVALID_ARGUMENT"
+FENCED = "FENCED"
+STATE_AHEAD = "STATE_AHEAD"
+SIDECAR_UNAVAILABLE = "SIDECAR_UNAVAILABLE"
+STORAGE_UNAVAILABLE = "STORAGE_UNAVAILABLE"
+CODEC = "CODEC"
+DURABILITY = "DURABILITY"
+LIMIT = "LIMIT"
+CORRUPT_STATE = "CORRUPT_STATE"
+INTERNAL = "INTERNAL"
+
+ALL = frozenset(
+    {
+        CONFIG,
+        INVALID_ARGUMENT,
+        FENCED,
+        STATE_AHEAD,
+        SIDECAR_UNAVAILABLE,
+        STORAGE_UNAVAILABLE,
+        CODEC,
+        DURABILITY,
+        LIMIT,
+        CORRUPT_STATE,
+        INTERNAL,
+    }
+)

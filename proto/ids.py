@@ -1,0 +1,44 @@
+"""The task-id grammar: `namespace / component / partition`.
+
+namespace and component match `[A-Za-z0-9][A-Za-z0-9._-]{0,127}`; partition is a
+non-negative 32-bit integer. Validation happens on both sides of the wire, so that no
+value a user passes can make the sidecar touch keys other than its own task's.
+"""
+
+from __future__ import annotations
+
+import re
+
+NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+_NAME_RE = re.compile(NAME_PATTERN)
+MAX_PARTITION = 2**31 - 1
+
+
+def name_problem(kind: str, value: object) -> str | None:
+    """Return why `value` is not a valid namespace/component name, or None when it is."""
+    if not isinstance(value, str):
+        return f"{kind} must be a string, got {type(value).__name__}"
+    if not value:
+        return f"{kind} is empty"
+    if len(value) > 128:
+        return f"{kind} {value[:40]!r}... is {len(value)} characters long; the limit is 128"
+    if _NAME_RE.fullmatch(value) is None:
+        return (
+            f"{kind} {value!r} is not allowed: use letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit"
+        )
+    return None
+
+
+def partition_problem(value: object) -> str | None:
+    """Return why `value` is not a valid partition id, or None when it is."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"partition must be an integer, got {type(value).__name__}"
+    if not 0 <= value <= MAX_PARTITION:
+        return f"partition {value} is out of range 0..{MAX_PARTITION}"
+    return None
+
+
+def fq_task_id(namespace: str, component: str, partition: int) -> str:
+    """The task's fully qualified id, `namespace/component/partition`."""
+    return f"{namespace}/{component}/{partition}"

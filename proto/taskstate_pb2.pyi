@@ -1,0 +1,231 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Durability(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DURABILITY_UNSPECIFIED: _ClassVar[Durability]
+    DURABILITY_APPLIED: _ClassVar[Durability]
+    DURABILITY_REPLICATED: _ClassVar[Durability]
+    DURABILITY_FSYNCED: _ClassVar[Durability]
+    DURABILITY_REPLICATED_FSYNCED: _ClassVar[Durability]
+DURABILITY_UNSPECIFIED: Durability
+DURABILITY_APPLIED: Durability
+DURABILITY_REPLICATED: Durability
+DURABILITY_FSYNCED: Durability
+DURABILITY_REPLICATED_FSYNCED: Durability
+
+class TaskId(_message.Message):
+    __slots__ = ("namespace", "component", "partition")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    COMPONENT_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    component: str
+    partition: int
+    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class Writer(_message.Message):
+    __slots__ = ("host", "executor", "attempt", "pid")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    host: str
+    executor: str
+    attempt: int
+    pid: int
+    def __init__(self, host: _Optional[str] = ..., executor: _Optional[str] = ..., attempt: _Optional[int] = ..., pid: _Optional[int] = ...) -> None: ...
+
+class OpenRequest(_message.Message):
+    __slots__ = ("task", "batch", "writer", "codec", "durability", "replicas")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    WRITER_FIELD_NUMBER: _ClassVar[int]
+    CODEC_FIELD_NUMBER: _ClassVar[int]
+    DURABILITY_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    task: TaskId
+    batch: int
+    writer: Writer
+    codec: str
+    durability: Durability
+    replicas: int
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., batch: _Optional[int] = ..., writer: _Optional[_Union[Writer, _Mapping]] = ..., codec: _Optional[str] = ..., durability: _Optional[_Union[Durability, str]] = ..., replicas: _Optional[int] = ...) -> None: ...
+
+class OpenResponse(_message.Message):
+    __slots__ = ("epoch", "committed_batch", "position", "has_position", "size", "version", "rolled_back", "rolled_back_keys")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_BATCH_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    HAS_POSITION_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ROLLED_BACK_FIELD_NUMBER: _ClassVar[int]
+    ROLLED_BACK_KEYS_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    committed_batch: int
+    position: bytes
+    has_position: bool
+    size: int
+    version: str
+    rolled_back: bool
+    rolled_back_keys: int
+    def __init__(self, epoch: _Optional[int] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., rolled_back: _Optional[bool] = ..., rolled_back_keys: _Optional[int] = ...) -> None: ...
+
+class RestoreRequest(_message.Message):
+    __slots__ = ("task", "epoch", "max_fields")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELDS_FIELD_NUMBER: _ClassVar[int]
+    task: TaskId
+    epoch: int
+    max_fields: int
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., max_fields: _Optional[int] = ...) -> None: ...
+
+class Entry(_message.Message):
+    __slots__ = ("key", "value")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    value: bytes
+    def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class RestoreChunk(_message.Message):
+    __slots__ = ("entries", "last", "version")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[Entry]
+    last: bool
+    version: str
+    def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., last: _Optional[bool] = ..., version: _Optional[str] = ...) -> None: ...
+
+class CommitRequest(_message.Message):
+    __slots__ = ("task", "epoch", "batch", "upserts", "deletes", "position", "has_position", "durability", "replicas", "writer")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    UPSERTS_FIELD_NUMBER: _ClassVar[int]
+    DELETES_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    HAS_POSITION_FIELD_NUMBER: _ClassVar[int]
+    DURABILITY_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    WRITER_FIELD_NUMBER: _ClassVar[int]
+    task: TaskId
+    epoch: int
+    batch: int
+    upserts: _containers.RepeatedCompositeFieldContainer[Entry]
+    deletes: _containers.RepeatedScalarFieldContainer[str]
+    position: bytes
+    has_position: bool
+    durability: Durability
+    replicas: int
+    writer: Writer
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., batch: _Optional[int] = ..., upserts: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., deletes: _Optional[_Iterable[str]] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., durability: _Optional[_Union[Durability, str]] = ..., replicas: _Optional[int] = ..., writer: _Optional[_Union[Writer, _Mapping]] = ...) -> None: ...
+
+class CommitResponse(_message.Message):
+    __slots__ = ("version", "size", "replicas_acked")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_ACKED_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    size: int
+    replicas_acked: int
+    def __init__(self, version: _Optional[str] = ..., size: _Optional[int] = ..., replicas_acked: _Optional[int] = ...) -> None: ...
+
+class GetRequest(_message.Message):
+    __slots__ = ("task", "epoch", "keys")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    task: TaskId
+    epoch: int
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetResponse(_message.Message):
+    __slots__ = ("values",)
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    values: _containers.RepeatedCompositeFieldContainer[OptionalValue]
+    def __init__(self, values: _Optional[_Iterable[_Union[OptionalValue, _Mapping]]] = ...) -> None: ...
+
+class OptionalValue(_message.Message):
+    __slots__ = ("found", "value")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    value: bytes
+    def __init__(self, found: _Optional[bool] = ..., value: _Optional[bytes] = ...) -> None: ...
+
+class DescribeRequest(_message.Message):
+    __slots__ = ("task",)
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    task: TaskId
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ...) -> None: ...
+
+class TaskInfo(_message.Message):
+    __slots__ = ("task", "exists", "committed_batch", "epoch", "position", "has_position", "size", "version", "codec", "layout", "updated_at", "last_writer", "rollbacks")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    EXISTS_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_BATCH_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    HAS_POSITION_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    CODEC_FIELD_NUMBER: _ClassVar[int]
+    LAYOUT_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
+    LAST_WRITER_FIELD_NUMBER: _ClassVar[int]
+    ROLLBACKS_FIELD_NUMBER: _ClassVar[int]
+    task: TaskId
+    exists: bool
+    committed_batch: int
+    epoch: int
+    position: bytes
+    has_position: bool
+    size: int
+    version: str
+    codec: str
+    layout: int
+    updated_at: float
+    last_writer: str
+    rollbacks: int
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., exists: _Optional[bool] = ..., committed_batch: _Optional[int] = ..., epoch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., codec: _Optional[str] = ..., layout: _Optional[int] = ..., updated_at: _Optional[float] = ..., last_writer: _Optional[str] = ..., rollbacks: _Optional[int] = ...) -> None: ...
+
+class ListRequest(_message.Message):
+    __slots__ = ("namespace", "component")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    COMPONENT_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    component: str
+    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ...) -> None: ...
+
+class ListResponse(_message.Message):
+    __slots__ = ("tasks",)
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskInfo]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ...) -> None: ...
+
+class DropRequest(_message.Message):
+    __slots__ = ("namespace", "component", "partition")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    COMPONENT_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    component: str
+    partition: int
+    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., partition: _Optional[int] = ...) -> None: ...
+
+class DropResponse(_message.Message):
+    __slots__ = ("tasks_dropped",)
+    TASKS_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    tasks_dropped: int
+    def __init__(self, tasks_dropped: _Optional[int] = ...) -> None: ...

@@ -1,0 +1,82 @@
+"""Errors raised inside the sidecar, each carrying a stable wire code.
+
+The gRPC layer (service.py) turns a `SidecarError` into a status plus the code in the
+trailing metadata; nothing else crosses the wire.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+from taskstate.proto import codes
+
+_STATUS_BY_CODE: dict[str, grpc.StatusCode] = {
+    codes.CONFIG: grpc.StatusCode.INVALID_ARGUMENT,
+    codes.INVALID_ARGUMENT: grpc.StatusCode.INVALID_ARGUMENT,
+    codes.CODEC: grpc.StatusCode.INVALID_ARGUMENT,
+    codes.LIMIT: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    codes.FENCED: grpc.StatusCode.FAILED_PRECONDITION,
+    codes.STATE_AHEAD: grpc.StatusCode.FAILED_PRECONDITION,
+    codes.DURABILITY: grpc.StatusCode.FAILED_PRECONDITION,
+    codes.CORRUPT_STATE: grpc.StatusCode.DATA_LOSS,
+    codes.STORAGE_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    codes.INTERNAL: grpc.StatusCode.INTERNAL,
+}
+
+
+class SidecarError(Exception):
+    """A failure with a stable code and a message meant for the operator."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(code, message)
+        self.code = code
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+    @property
+    def status(self) -> grpc.StatusCode:
+        """The gRPC status this error is reported with."""
+        return _STATUS_BY_CODE.get(self.code, grpc.StatusCode.INTERNAL)
+
+
+def fenced(fq: str, current: object) -> SidecarError:
+    """A commit or read from an attempt whose epoch is no longer current."""
+    return SidecarError(
+        codes.FENCED,
+        f"task {fq}: this attempt was fenced off: a newer attempt claimed the task "
+        f"(current epoch {current}). Nothing of this request was written. "
+        "Operator action: none; Spark runs the newer attempt.",
+    )
+
+
+def state_ahead(fq: str, stored_batch: object, batch: object) -> SidecarError:
+    """The stored state is at a later batch than the one Spark runs."""
+    return SidecarError(
+        codes.STATE_AHEAD,
+        f"task {fq}: the stored state is at batch {stored_batch}, ahead of batch {batch} "
+        "that Spark is running: the streaming checkpoint was reset or replaced. Nothing was "
+        "changed. Operator action: restore the checkpoint that belongs to this state, or "
+        f"drop the state (`taskstate drop {fq} --yes`) to start over.",
+    )
+
+
+def codec_mismatch(fq: str, stored: str, requested: str) -> SidecarError:
+    """The state was written with another codec."""
+    return SidecarError(
+        codes.CODEC,
+        f"task {fq}: the stored state uses codec {stored!r}, not {requested!r}. Nothing was "
+        f"changed. Operator action: open it with codec={stored!r}, or drop the state to "
+        "start over.",
+    )
+
+
+def corrupt(fq: str, what: str) -> SidecarError:
+    """Stored metadata that taskstate did not write."""
+    return SidecarError(
+        codes.CORRUPT_STATE,
+        f"task {fq}: stored metadata is not what taskstate wrote ({what}). Nothing was "
+        f"changed. Operator action: inspect it with `taskstate show {fq}`, then restore "
+        "Redis from a backup or drop the task's state.",
+    )

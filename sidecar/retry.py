@@ -1,0 +1,84 @@
+"""Retries towards Redis: a value (what to retry, how long), tenacity underneath.
+
+Only errors after which a repeat cannot apply a change twice are retried. Every script
+the sidecar runs is atomic and idempotent for the same arguments (commits carry
+absolute values and an epoch; a repeated Open claims again and finds nothing to roll
+back), so a connection lost after Redis applied a script is safe to repeat.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import redis.exceptions as rex
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+from taskstate.proto import codes
+
+from .errors import SidecarError
+
+T = TypeVar("T")
+log = logging.getLogger("taskstate.sidecar.retry")
+
+# Reply prefixes Redis uses while it is loading, resharding or failing over.
+_TRANSIENT_PREFIXES = ("LOADING", "TRYAGAIN", "CLUSTERDOWN", "READONLY", "MASTERDOWN")
+
+
+def is_safe_to_retry(exc: BaseException) -> bool:
+    """True for errors that say "not now", never for errors that say "no"."""
+    if isinstance(exc, rex.ConnectionError | rex.TimeoutError | rex.BusyLoadingError):
+        return True
+    if isinstance(exc, rex.ResponseError):
+        return str(exc).startswith(_TRANSIENT_PREFIXES)
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Exponential backoff with jitter, bounded per sleep and overall by a deadline."""
+
+    deadline_s: float = 10.0
+    initial_s: float = 0.05
+    max_sleep_s: float = 1.0
+
+    async def run(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
+        """Run `fn`, retrying safe errors until the deadline; then STORAGE_UNAVAILABLE."""
+
+        def _log(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome else None
+            log.warning(
+                "redis call failed, retrying",
+                extra={"op": what, "attempt": state.attempt_number, "error": repr(exc)},
+            )
+
+        try:
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception(is_safe_to_retry),
+                stop=stop_after_delay(self.deadline_s),
+                wait=wait_random_exponential(multiplier=self.initial_s, max=self.max_sleep_s),
+                before_sleep=_log,
+                reraise=True,
+            ):
+                with attempt:
+                    return await fn()
+        except SidecarError:
+            raise
+        except Exception as exc:
+            if is_safe_to_retry(exc):
+                raise SidecarError(
+                    codes.STORAGE_UNAVAILABLE,
+                    f"Redis did not answer {what} within {self.deadline_s:g} s ({exc}). "
+                    "Operator action: check that Redis is up and reachable from the sidecar; "
+                    "the task can be retried, nothing was half-written.",
+                ) from exc
+            raise
+        raise AssertionError("unreachable")  # pragma: no cover

@@ -1,0 +1,306 @@
+"""The gRPC service: validates requests, calls the storage, translates errors once.
+
+Every failure leaves as a gRPC status whose trailing metadata carries the stable
+taskstate code (`taskstate.proto.codes`); no Python traceback crosses the wire.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, NoReturn, TypeVar
+
+from grpc import aio
+
+from taskstate.proto import codes, ids
+from taskstate.proto import taskstate_pb2 as pb
+from taskstate.proto import taskstate_pb2_grpc as pb_grpc
+
+from .errors import SidecarError
+from .storage.base import Durability, Storage, TaskKey, TaskMeta
+
+log = logging.getLogger("taskstate.sidecar")
+T = TypeVar("T")
+
+MAX_BATCH = 2**53
+DEFAULT_CHUNK_FIELDS = 2000
+MAX_CHUNK_FIELDS = 20000
+CHUNK_BYTES = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Request limits; each refusal names the limit and the setting that raises it."""
+
+    max_message_bytes: int = 64 << 20
+
+
+def _bad(message: str) -> SidecarError:
+    return SidecarError(codes.INVALID_ARGUMENT, message)
+
+
+def task_key(t: pb.TaskId) -> TaskKey:
+    """Validate a wire task id (the grammar of taskstate.proto.ids)."""
+    for problem in (
+        ids.name_problem("namespace", t.namespace),
+        ids.name_problem("component", t.component),
+        ids.partition_problem(t.partition),
+    ):
+        if problem:
+            raise _bad(f"invalid task id: {problem}")
+    return TaskKey(t.namespace, t.component, t.partition)
+
+
+def _batch(msg: Any, fq: str) -> int | None:
+    if not msg.HasField("batch"):
+        return None
+    if not 0 <= msg.batch <= MAX_BATCH:
+        raise _bad(f"task {fq}: batch id {msg.batch} is out of range 0..{MAX_BATCH}")
+    return int(msg.batch)
+
+
+def _epoch(epoch: int, fq: str) -> int:
+    if epoch < 1:
+        raise _bad(f"task {fq}: epoch {epoch} is not a claimed epoch; call Open first")
+    return epoch
+
+
+def _durability(kind: int, replicas: int, fq: str) -> Durability:
+    if replicas < 0 or replicas > 100:
+        raise _bad(f"task {fq}: replicas {replicas} is out of range 0..100")
+    if kind in (pb.DURABILITY_UNSPECIFIED, pb.DURABILITY_APPLIED):
+        return Durability()
+    if kind == pb.DURABILITY_REPLICATED:
+        if replicas < 1:
+            raise _bad(f"task {fq}: durability replicated needs replicas >= 1")
+        return Durability(replicas=replicas)
+    if kind == pb.DURABILITY_FSYNCED:
+        return Durability(fsynced=True)
+    if kind == pb.DURABILITY_REPLICATED_FSYNCED:
+        return Durability(replicas=max(replicas, 1), fsynced=True)
+    raise _bad(f"task {fq}: unknown durability {kind}")
+
+
+def _writer(w: pb.Writer) -> str:
+    return f"host={w.host} executor={w.executor} attempt={w.attempt} pid={w.pid}"[:512]
+
+
+def _info(m: TaskMeta) -> pb.TaskInfo:
+    t = m.task
+    return pb.TaskInfo(
+        task=pb.TaskId(namespace=t.namespace, component=t.component, partition=t.partition),
+        exists=m.exists,
+        committed_batch=m.committed_batch,
+        epoch=m.epoch,
+        position=m.position or b"",
+        has_position=m.position is not None,
+        size=m.size,
+        version=m.version,
+        codec=m.codec,
+        layout=m.layout,
+        updated_at=m.updated_at,
+        last_writer=m.last_writer,
+        rollbacks=m.rollbacks,
+    )
+
+
+class TaskStateServicer(pb_grpc.TaskStateServiceServicer):
+    """Implements taskstate.v1.TaskStateService on top of a Storage."""
+
+    def __init__(self, storage: Storage, limits: Limits | None = None) -> None:
+        self.storage = storage
+        self.limits = limits or Limits()
+
+    async def _guard(
+        self, context: aio.ServicerContext[Any, Any], what: str, fn: Callable[[], Awaitable[T]]
+    ) -> T:
+        try:
+            return await fn()
+        except SidecarError as exc:
+            await self._abort(context, exc)
+        except Exception as exc:  # the wire gets a status, the log gets the traceback
+            log.exception("unexpected failure in %s", what)
+            await self._abort(
+                context,
+                SidecarError(codes.INTERNAL, f"internal error in {what}: {type(exc).__name__}"),
+            )
+
+    @staticmethod
+    async def _abort(context: aio.ServicerContext[Any, Any], exc: SidecarError) -> NoReturn:
+        log.info("request refused", extra={"code": exc.code, "error": exc.message})
+        await context.abort(
+            exc.status, exc.message, trailing_metadata=((codes.METADATA_KEY, exc.code),)
+        )
+        raise AssertionError("abort returned")  # pragma: no cover
+
+    async def Open(  # noqa: D102
+        self, request: pb.OpenRequest, context: aio.ServicerContext[Any, Any]
+    ) -> pb.OpenResponse:
+        async def run() -> pb.OpenResponse:
+            task = task_key(request.task)
+            batch = _batch(request, task.fq)
+            durability = _durability(request.durability, request.replicas, task.fq)
+            codec = request.codec or "json"
+            if ids.name_problem("codec", codec):
+                raise _bad(f"task {task.fq}: invalid codec name {codec[:40]!r}")
+            r = await self.storage.open(
+                task, batch, codec=codec, writer=_writer(request.writer), durability=durability
+            )
+            log.info(
+                "task opened",
+                extra={"task": task.fq, "batch": batch, "epoch": r.epoch,
+                       "rolled_back": r.rolled_back, "rolled_back_keys": r.rolled_back_keys},
+            )
+            return pb.OpenResponse(
+                epoch=r.epoch,
+                committed_batch=r.committed_batch,
+                position=r.position or b"",
+                has_position=r.position is not None,
+                size=r.size,
+                version=r.version,
+                rolled_back=r.rolled_back,
+                rolled_back_keys=r.rolled_back_keys,
+            )
+
+        return await self._guard(context, "Open", run)
+
+    async def Restore(  # noqa: D102
+        self, request: pb.RestoreRequest, context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.RestoreChunk]:
+        try:
+            task = task_key(request.task)
+            epoch = _epoch(request.epoch, task.fq)
+            n = request.max_fields or DEFAULT_CHUNK_FIELDS
+            n = max(1, min(n, MAX_CHUNK_FIELDS))
+            async for items in self.storage.restore(task, epoch, n):
+                entries: list[pb.Entry] = []
+                size = 0
+                for k, v in items:
+                    entries.append(pb.Entry(key=k, value=v))
+                    size += len(k) + len(v) + 8
+                    if size >= CHUNK_BYTES:
+                        yield pb.RestoreChunk(entries=entries)
+                        entries, size = [], 0
+                if entries:
+                    yield pb.RestoreChunk(entries=entries)
+            version = await self._version(task)
+            yield pb.RestoreChunk(last=True, version=version)
+        except SidecarError as exc:
+            await self._abort(context, exc)
+        except Exception as exc:
+            log.exception("unexpected failure in Restore")
+            await self._abort(
+                context, SidecarError(codes.INTERNAL, f"internal error in Restore: {exc!r}")
+            )
+
+    async def _version(self, task: TaskKey) -> str:
+        version = getattr(self.storage, "version", None)
+        if version is not None:
+            return str(await version(task))
+        return (await self.storage.describe(task)).version
+
+    async def Commit(  # noqa: D102
+        self, request: pb.CommitRequest, context: aio.ServicerContext[Any, Any]
+    ) -> pb.CommitResponse:
+        async def run() -> pb.CommitResponse:
+            task = task_key(request.task)
+            epoch = _epoch(request.epoch, task.fq)
+            batch = _batch(request, task.fq)
+            durability = _durability(request.durability, request.replicas, task.fq)
+            upserts = [(e.key, e.value) for e in request.upserts]
+            for k, v in upserts:
+                if not v:
+                    raise _bad(f"task {task.fq}: key {k[:80]!r} has an empty encoded value")
+            deletes = list(request.deletes)
+            if deletes and not set(deletes).isdisjoint(k for k, _ in upserts):
+                raise _bad(f"task {task.fq}: a key is both upserted and deleted in one commit")
+            r = await self.storage.commit(
+                task,
+                epoch,
+                batch,
+                upserts,
+                deletes,
+                request.position if request.has_position else None,
+                writer=_writer(request.writer),
+                durability=durability,
+            )
+            return pb.CommitResponse(version=r.version, size=r.size,
+                                     replicas_acked=r.replicas_acked)
+
+        return await self._guard(context, "Commit", run)
+
+    async def _get(
+        self, request: pb.GetRequest, context: aio.ServicerContext[Any, Any]
+    ) -> pb.GetResponse:
+        async def run() -> pb.GetResponse:
+            task = task_key(request.task)
+            epoch = _epoch(request.epoch, task.fq)
+            values = await self.storage.get(task, epoch, list(request.keys))
+            return pb.GetResponse(
+                values=[pb.OptionalValue(found=v is not None, value=v or b"") for v in values]
+            )
+
+        return await self._guard(context, "Get", run)
+
+    async def Get(  # noqa: D102
+        self, request: pb.GetRequest, context: aio.ServicerContext[Any, Any]
+    ) -> pb.GetResponse:
+        if len(request.keys) != 1:
+            await self._abort(context, _bad("Get takes exactly one key; use MultiGet"))
+        return await self._get(request, context)
+
+    async def MultiGet(  # noqa: D102
+        self, request: pb.GetRequest, context: aio.ServicerContext[Any, Any]
+    ) -> pb.GetResponse:
+        return await self._get(request, context)
+
+    async def Describe(  # noqa: D102
+        self, request: pb.DescribeRequest, context: aio.ServicerContext[Any, Any]
+    ) -> pb.TaskInfo:
+        async def run() -> pb.TaskInfo:
+            return _info(await self.storage.describe(task_key(request.task)))
+
+        return await self._guard(context, "Describe", run)
+
+    def _scope(self, namespace: str, component: str) -> tuple[str, str | None]:
+        problem = ids.name_problem("namespace", namespace)
+        if problem:
+            raise _bad(problem)
+        if component:
+            problem = ids.name_problem("component", component)
+            if problem:
+                raise _bad(problem)
+        return namespace, component or None
+
+    async def List(  # noqa: D102
+        self, request: pb.ListRequest, context: aio.ServicerContext[Any, Any]
+    ) -> pb.ListResponse:
+        async def run() -> pb.ListResponse:
+            ns, comp = self._scope(request.namespace, request.component)
+            return pb.ListResponse(tasks=[_info(m) for m in await self.storage.list_tasks(ns, comp)])
+
+        return await self._guard(context, "List", run)
+
+    async def Drop(  # noqa: D102
+        self, request: pb.DropRequest, context: aio.ServicerContext[Any, Any]
+    ) -> pb.DropResponse:
+        async def run() -> pb.DropResponse:
+            ns, comp = self._scope(request.namespace, request.component)
+            part: int | None = None
+            if request.HasField("partition"):
+                if comp is None:
+                    raise _bad("Drop with a partition needs a component")
+                problem = ids.partition_problem(request.partition)
+                if problem:
+                    raise _bad(problem)
+                part = request.partition
+            n = await self.storage.drop(ns, comp, part)
+            log.warning("state dropped", extra={"namespace": ns, "component": comp,
+                                                "partition": part, "tasks": n})
+            return pb.DropResponse(tasks_dropped=n)
+
+        return await self._guard(context, "Drop", run)
+
+
+__all__ = ["Limits", "TaskStateServicer", "task_key"]

@@ -1,0 +1,151 @@
+"""The storage interface behind the sidecar and the values it passes around.
+
+Every backend implements the commit protocol of DESIGN.md exactly:
+
+- `open` claims the task (fencing epoch + 1), rolls back a replayed batch (the state's
+  last written batch equals the opening batch) and refuses a state that is ahead.
+- `commit` applies one change set atomically when the epoch is current; the first commit
+  of a new batch starts a new rollback record; upserts are absolute so a retry is
+  idempotent.
+- `restore` yields the state in bounded chunks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+LAYOUT_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class TaskKey:
+    """A validated task id."""
+
+    namespace: str
+    component: str
+    partition: int
+
+    @property
+    def fq(self) -> str:
+        """`namespace/component/partition`."""
+        return f"{self.namespace}/{self.component}/{self.partition}"
+
+
+@dataclass(frozen=True, slots=True)
+class Durability:
+    """How far a commit must have travelled before it is acknowledged."""
+
+    replicas: int = 0
+    fsynced: bool = False
+
+    def describe(self) -> str:
+        """Human-readable form, as the user wrote it."""
+        parts = []
+        if self.replicas:
+            parts.append(f"replicated:{self.replicas}")
+        if self.fsynced:
+            parts.append("fsynced")
+        return ",".join(parts) or "applied"
+
+
+@dataclass(frozen=True, slots=True)
+class OpenResult:
+    """What `open` reports to the attempt that claimed the task."""
+
+    epoch: int
+    committed_batch: int
+    position: bytes | None
+    size: int
+    version: str
+    rolled_back: bool
+    rolled_back_keys: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommitResult:
+    """What `commit` reports."""
+
+    version: str
+    size: int
+    replicas_acked: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TaskMeta:
+    """A task's metadata, as `describe` and `list` show it."""
+
+    task: TaskKey
+    exists: bool
+    committed_batch: int = -1
+    epoch: int = 0
+    position: bytes | None = None
+    size: int = 0
+    version: str = ""
+    codec: str = ""
+    layout: int = 0
+    updated_at: float = 0.0
+    last_writer: str = ""
+    rollbacks: int = 0
+
+
+class Storage(Protocol):
+    """A place that keeps task state with the taskstate commit protocol."""
+
+    async def open(
+        self,
+        task: TaskKey,
+        batch: int | None,
+        *,
+        codec: str,
+        writer: str,
+        durability: Durability,
+    ) -> OpenResult:
+        """Claim `task` for a new attempt (see module docstring)."""
+        ...
+
+    def restore(
+        self, task: TaskKey, epoch: int, max_fields: int
+    ) -> AsyncIterator[Sequence[tuple[str, bytes]]]:
+        """Yield the state in chunks of at most `max_fields` entries; fenced by epoch."""
+        ...
+
+    async def commit(
+        self,
+        task: TaskKey,
+        epoch: int,
+        batch: int | None,
+        upserts: Sequence[tuple[str, bytes]],
+        deletes: Sequence[str],
+        position: bytes | None,
+        *,
+        writer: str,
+        durability: Durability,
+    ) -> CommitResult:
+        """Apply one change set atomically (see module docstring)."""
+        ...
+
+    async def get(self, task: TaskKey, epoch: int, keys: Sequence[str]) -> list[bytes | None]:
+        """Read keys of the task (remote mode); fenced by epoch."""
+        ...
+
+    async def describe(self, task: TaskKey) -> TaskMeta:
+        """The task's metadata (exists=False when it has none)."""
+        ...
+
+    async def list_tasks(self, namespace: str, component: str | None) -> list[TaskMeta]:
+        """Every task of a namespace (optionally one component)."""
+        ...
+
+    async def drop(self, namespace: str, component: str | None, partition: int | None) -> int:
+        """Delete tasks' state; returns how many tasks were dropped."""
+        ...
+
+    async def ping(self) -> None:
+        """Raise when the store cannot be reached."""
+        ...
+
+    async def close(self) -> None:
+        """Release connections."""
+        ...

@@ -1,0 +1,88 @@
+-- Commit(task, epoch, batch, upserts, deletes, position): one atomic change set.
+-- KEYS: 1 meta, 2 data, 3 undo
+-- ARGV: 1 epoch, 2 batch ('' for batch jobs), 3 position ('+' .. bytes, or '' for none),
+--       4 now, 5 writer, 6 number of upserts N, then N key/value pairs, then deleted keys
+-- The rollback record (undo hash) keeps, for every key the batch touched, its value
+-- before the batch ('' when it did not exist). The first commit of a new batch starts a
+-- new record; later commits of the same batch (group-scoped commits, retries) add only
+-- keys not yet recorded, so a retried commit is idempotent.
+-- Returns {version, size}. Errors: TSFENCED <epoch>, TSAHEAD <last>. An error writes nothing.
+local meta, data, undo = KEYS[1], KEYS[2], KEYS[3]
+local m = redis.call('HMGET', meta, 'epoch', 'batch', 'undo_batch', 'pos', 'ver', 'gen')
+if m[1] == false or tonumber(m[1]) ~= tonumber(ARGV[1]) then
+  return redis.error_reply('TSFENCED ' .. tostring(m[1]))
+end
+local has_batch = ARGV[2] ~= ''
+local track = false
+if has_batch then
+  local batch = tonumber(ARGV[2])
+  local last = tonumber(m[2] or '-1')
+  if batch < last then
+    return redis.error_reply('TSAHEAD ' .. string.format('%d', last))
+  end
+  if batch > last or tonumber(m[3] or '-2') ~= batch then
+    redis.call('DEL', undo)
+    local prev_pos = ''
+    if m[4] then prev_pos = '+' .. m[4] end
+    redis.call('HSET', meta, 'undo_batch', ARGV[2], 'prev_batch', m[2] or '-1',
+      'prev_pos', prev_pos, 'batch', ARGV[2])
+  end
+  track = true
+end
+local n = tonumber(ARGV[6])
+local first_del = 7 + 2 * n
+local CH = 2000
+-- upserts, in chunks (unpack has a stack limit)
+local i = 7
+while i < first_del do
+  local stop = math.min(i + 2 * CH, first_del) - 1
+  local ks = {}
+  local kv = {}
+  for j = i, stop, 2 do
+    ks[#ks + 1] = ARGV[j]
+    kv[#kv + 1] = ARGV[j]
+    kv[#kv + 1] = ARGV[j + 1]
+  end
+  if track then
+    local seen = redis.call('HMGET', undo, unpack(ks))
+    local old = redis.call('HMGET', data, unpack(ks))
+    local rec = {}
+    for j = 1, #ks do
+      if seen[j] == false then
+        rec[#rec + 1] = ks[j]
+        rec[#rec + 1] = old[j] or ''
+      end
+    end
+    if #rec > 0 then redis.call('HSET', undo, unpack(rec)) end
+  end
+  redis.call('HSET', data, unpack(kv))
+  i = stop + 1
+end
+-- deletes
+i = first_del
+while i <= #ARGV do
+  local stop = math.min(i + CH, #ARGV + 1) - 1
+  local ks = {}
+  for j = i, stop do ks[#ks + 1] = ARGV[j] end
+  if track then
+    local seen = redis.call('HMGET', undo, unpack(ks))
+    local old = redis.call('HMGET', data, unpack(ks))
+    local rec = {}
+    for j = 1, #ks do
+      if seen[j] == false then
+        rec[#rec + 1] = ks[j]
+        rec[#rec + 1] = old[j] or ''
+      end
+    end
+    if #rec > 0 then redis.call('HSET', undo, unpack(rec)) end
+  end
+  redis.call('HDEL', data, unpack(ks))
+  i = stop + 1
+end
+if ARGV[3] ~= '' then
+  redis.call('HSET', meta, 'pos', string.sub(ARGV[3], 2))
+end
+local ver = tonumber(m[5] or '0') + 1
+redis.call('HSET', meta, 'ver', string.format('%d', ver), 'updated_at', ARGV[4],
+  'last_writer', ARGV[5])
+return {m[6] .. ':' .. string.format('%d', ver), redis.call('HLEN', data)}

@@ -1,0 +1,207 @@
+"""The commit protocol in process memory: for unit tests and `taskstate.testing`.
+
+Behaves like the Redis backend (same errors, same rollback rules), with no server.
+`fail_next(op, exc)` injects a fault into the next call of an operation.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+
+from .. import errors
+from .base import CommitResult, Durability, OpenResult, TaskKey, TaskMeta
+
+_ABSENT = None
+
+
+@dataclass
+class _Task:
+    data: dict[str, bytes] = field(default_factory=dict)
+    epoch: int = 0
+    batch: int = -1
+    position: bytes | None = None
+    gen: str = field(default_factory=lambda: uuid.uuid4().hex)
+    ver: int = 0
+    codec: str = ""
+    undo: dict[str, bytes | None] = field(default_factory=dict)
+    undo_batch: int | None = None
+    prev_batch: int = -1
+    prev_position: bytes | None = None
+    updated_at: float = 0.0
+    last_writer: str = ""
+    rollbacks: int = 0
+
+    @property
+    def version(self) -> str:
+        return f"{self.gen}:{self.ver}"
+
+
+class MemoryStorage:
+    """Task state in a dict, with the same protocol as RedisStorage."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[TaskKey, _Task] = {}
+        self._faults: dict[str, BaseException] = {}
+
+    def fail_next(self, op: str, exc: BaseException) -> None:
+        """Make the next call of `op` (open, commit, restore, get) raise `exc`."""
+        self._faults[op] = exc
+
+    def _fault(self, op: str) -> None:
+        exc = self._faults.pop(op, None)
+        if exc is not None:
+            raise exc
+
+    def _fenced(self, task: TaskKey, t: _Task | None, epoch: int) -> None:
+        if t is None or t.epoch != epoch:
+            raise errors.fenced(task.fq, "none" if t is None else t.epoch)
+
+    async def open(
+        self,
+        task: TaskKey,
+        batch: int | None,
+        *,
+        codec: str,
+        writer: str,
+        durability: Durability,
+    ) -> OpenResult:
+        """Claim the task; see base.Storage.open."""
+        self._fault("open")
+        t = self.tasks.get(task)
+        if t is not None and t.codec and t.codec != codec:
+            raise errors.codec_mismatch(task.fq, t.codec, codec)
+        if t is not None and batch is not None and t.batch > batch:
+            raise errors.state_ahead(task.fq, t.batch, batch)
+        if t is None:
+            t = self.tasks[task] = _Task()
+        t.epoch += 1
+        t.codec = codec
+        t.last_writer = writer
+        rolled, n = False, 0
+        if batch is not None and t.batch == batch and batch >= 0:
+            if t.undo_batch != batch:
+                raise errors.corrupt(task.fq, f"no rollback record for batch {batch}")
+            for k, old in t.undo.items():
+                if old is _ABSENT:
+                    t.data.pop(k, None)
+                else:
+                    t.data[k] = old
+            n = len(t.undo)
+            t.undo = {}
+            t.undo_batch = None
+            t.batch = t.prev_batch
+            t.position = t.prev_position
+            t.ver += 1
+            t.rollbacks += 1
+            rolled = True
+        return OpenResult(t.epoch, t.batch, t.position, len(t.data), t.version, rolled, n)
+
+    async def restore(
+        self, task: TaskKey, epoch: int, max_fields: int
+    ) -> AsyncIterator[Sequence[tuple[str, bytes]]]:
+        """Yield the state in chunks."""
+        self._fault("restore")
+        t = self.tasks.get(task)
+        self._fenced(task, t, epoch)
+        assert t is not None  # noqa: S101 - checked by _fenced
+        items = list(t.data.items())
+        for i in range(0, len(items), max(max_fields, 1)):
+            yield items[i : i + max_fields]
+
+    async def commit(
+        self,
+        task: TaskKey,
+        epoch: int,
+        batch: int | None,
+        upserts: Sequence[tuple[str, bytes]],
+        deletes: Sequence[str],
+        position: bytes | None,
+        *,
+        writer: str,
+        durability: Durability,
+    ) -> CommitResult:
+        """Apply one change set atomically."""
+        self._fault("commit")
+        t = self.tasks.get(task)
+        self._fenced(task, t, epoch)
+        assert t is not None  # noqa: S101 - checked by _fenced
+        if batch is not None:
+            if batch < t.batch:
+                raise errors.state_ahead(task.fq, t.batch, batch)
+            if batch > t.batch or t.undo_batch != batch:
+                t.undo = {}
+                t.undo_batch = batch
+                t.prev_batch = t.batch
+                t.prev_position = t.position
+                t.batch = batch
+            for k in [k for k, _ in upserts] + list(deletes):
+                if k not in t.undo:
+                    t.undo[k] = t.data.get(k, _ABSENT)
+        for k, v in upserts:
+            t.data[k] = v
+        for k in deletes:
+            t.data.pop(k, None)
+        if position is not None:
+            t.position = position
+        t.ver += 1
+        t.updated_at = time.time()
+        t.last_writer = writer
+        return CommitResult(version=t.version, size=len(t.data))
+
+    async def get(self, task: TaskKey, epoch: int, keys: Sequence[str]) -> list[bytes | None]:
+        """Read keys (remote mode)."""
+        self._fault("get")
+        t = self.tasks.get(task)
+        self._fenced(task, t, epoch)
+        assert t is not None  # noqa: S101 - checked by _fenced
+        return [t.data.get(k) for k in keys]
+
+    async def describe(self, task: TaskKey) -> TaskMeta:
+        """The task's metadata."""
+        t = self.tasks.get(task)
+        if t is None:
+            return TaskMeta(task=task, exists=False)
+        return TaskMeta(
+            task=task,
+            exists=True,
+            committed_batch=t.batch,
+            epoch=t.epoch,
+            position=t.position,
+            size=len(t.data),
+            version=t.version,
+            codec=t.codec,
+            layout=1,
+            updated_at=t.updated_at,
+            last_writer=t.last_writer,
+            rollbacks=t.rollbacks,
+        )
+
+    async def list_tasks(self, namespace: str, component: str | None) -> list[TaskMeta]:
+        """Every task of the namespace."""
+        keys = sorted(
+            (k for k in self.tasks if k.namespace == namespace
+             and (component is None or k.component == component)),
+            key=lambda k: (k.component, k.partition),
+        )
+        return [await self.describe(k) for k in keys]
+
+    async def drop(self, namespace: str, component: str | None, partition: int | None) -> int:
+        """Delete tasks."""
+        doomed = [
+            k for k in self.tasks
+            if k.namespace == namespace
+            and (component is None or k.component == component)
+            and (partition is None or k.partition == partition)
+        ]
+        for k in doomed:
+            del self.tasks[k]
+        return len(doomed)
+
+    async def ping(self) -> None:
+        """Always reachable."""
+
+    async def close(self) -> None:
+        """Nothing to release."""
