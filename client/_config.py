@@ -1,0 +1,159 @@
+"""TaskState settings, resolved once: argument > environment > Spark local property > default."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from taskstate.proto import ids
+
+from ._errors import ConfigError
+
+DEFAULT_SIDECAR = "unix:///tmp/taskstate/sidecar.sock"
+ENV_NAMESPACE = "TASKSTATE_NAMESPACE"
+ENV_SIDECAR = "TASKSTATE_SIDECAR"
+ENV_TIMEOUT = "TASKSTATE_TIMEOUT"
+ENV_RETRY_DEADLINE = "TASKSTATE_RETRY_DEADLINE"
+ENV_MAX_MESSAGE = "TASKSTATE_MAX_MESSAGE_BYTES"
+MODES = ("mirror", "remote")
+CODECS = ("json",)
+
+
+@dataclass(frozen=True, slots=True)
+class DurabilitySpec:
+    """Parsed durability: `applied`, `replicated:N`, `fsynced`, or `replicated:N,fsynced`."""
+
+    replicas: int = 0
+    fsynced: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> DurabilitySpec:
+        """Parse the user's durability string; ConfigError on anything else."""
+        if not isinstance(text, str):
+            raise ConfigError(f"durability must be a string, got {type(text).__name__}")
+        replicas, fsynced = 0, False
+        for part in text.replace("+", ",").split(","):
+            part = part.strip()
+            if part == "applied" and text.strip() == "applied":
+                continue
+            if part == "fsynced":
+                fsynced = True
+            elif part.startswith("replicated:") and part[len("replicated:") :].isdigit():
+                replicas = int(part[len("replicated:") :])
+                if not 1 <= replicas <= 100:
+                    raise ConfigError(f"durability {text!r}: replicas must be 1..100")
+            else:
+                raise ConfigError(
+                    f"durability {text!r} is not understood: use 'applied', 'replicated:N', "
+                    "'fsynced' or 'replicated:N,fsynced'"
+                )
+        return cls(replicas, fsynced)
+
+    def __str__(self) -> str:
+        parts = ([f"replicated:{self.replicas}"] if self.replicas else []) + (
+            ["fsynced"] if self.fsynced else []
+        )
+        return ",".join(parts) or "applied"
+
+
+def _float_env(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a number of seconds") from None
+    if value <= 0:
+        raise ConfigError(f"{name}={raw!r} must be positive")
+    return value
+
+
+def grpc_target(spec: str) -> str:
+    """`unix:///path`, `tcp://host:port` or `host:port` -> a gRPC target string."""
+    if spec.startswith("unix://"):
+        path = spec[len("unix://") :]
+        if not path.startswith("/"):
+            raise ConfigError(f"sidecar {spec!r}: use an absolute path, unix:///run/x.sock")
+        return f"unix:{path}"
+    if spec.startswith("unix:"):
+        return spec
+    if spec.startswith("tcp://"):
+        spec = spec[len("tcp://") :]
+    host, sep, port = spec.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ConfigError(
+            f"sidecar address {spec!r} is not understood: use unix:///PATH or tcp://HOST:PORT"
+        )
+    return spec
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStateConfig:
+    """Everything a TaskState needs, validated. Build it with `resolve`."""
+
+    namespace: str
+    component: str
+    sidecar: str
+    mode: str = "mirror"
+    durability: DurabilitySpec = DurabilitySpec()
+    codec: str = "json"
+    timeout_s: float = 30.0
+    retry_deadline_s: float = 30.0
+    max_message_bytes: int = 64 << 20
+
+    @property
+    def target(self) -> str:
+        """The gRPC target of the sidecar."""
+        return grpc_target(self.sidecar)
+
+    @classmethod
+    def resolve(
+        cls,
+        *,
+        component: str,
+        namespace: str | None = None,
+        sidecar: str | None = None,
+        mode: str = "mirror",
+        durability: str = "applied",
+        codec: str = "json",
+        local_property: Callable[[str], str | None] = lambda _: None,
+        env: Mapping[str, str] | None = None,
+    ) -> TaskStateConfig:
+        """Apply the precedence argument > environment > Spark local property > default."""
+        env = os.environ if env is None else env
+        ns = namespace or env.get(ENV_NAMESPACE) or local_property("taskstate.namespace")
+        if not ns:
+            raise ConfigError(
+                f"no namespace for component {component!r}: pass namespace=... or set "
+                f"{ENV_NAMESPACE} (the job's stable name across restarts, never the Spark "
+                "application id), or call taskstate.spark_plugin.configure(spark, namespace=...)"
+            )
+        for kind, value in (("namespace", ns), ("component", component)):
+            problem = ids.name_problem(kind, value)
+            if problem:
+                raise ConfigError(f"{problem} (task {ns}/{component})")
+        if mode not in MODES:
+            raise ConfigError(f"mode {mode!r} is not one of {', '.join(MODES)}")
+        if codec not in CODECS:
+            raise ConfigError(f"codec {codec!r} is not one of {', '.join(CODECS)}")
+        target = sidecar or env.get(ENV_SIDECAR) or local_property("taskstate.sidecar")
+        target = target or DEFAULT_SIDECAR
+        grpc_target(target)
+        max_msg = env.get(ENV_MAX_MESSAGE)
+        try:
+            max_message = int(max_msg) if max_msg else 64 << 20
+        except ValueError:
+            raise ConfigError(f"{ENV_MAX_MESSAGE}={max_msg!r} is not a number of bytes") from None
+        return cls(
+            namespace=ns,
+            component=component,
+            sidecar=target,
+            mode=mode,
+            durability=DurabilitySpec.parse(durability),
+            codec=codec,
+            timeout_s=_float_env(env, ENV_TIMEOUT, 30.0),
+            retry_deadline_s=_float_env(env, ENV_RETRY_DEADLINE, 30.0),
+            max_message_bytes=max_message,
+        )

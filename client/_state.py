@@ -1,0 +1,520 @@
+"""TaskState: a task's state as a MutableMapping, restored on enter, committed on exit.
+
+Life cycle (one object, one `with` block)::
+
+    CREATED --enter--> OPEN --exit ok--> CLOSED      (changes committed)
+                            --exit exc--> FAILED      (changes discarded, exception re-raised)
+                            --commit()--> OPEN        (a checkpoint; the block goes on)
+
+Claims are per task attempt: the first block of an attempt Opens the task (new fencing
+epoch, rollback of a replayed batch); later blocks of the same attempt in the same
+process (one per group in applyInPandasWithState) reuse that claim, each committing its
+own changes. A process that already holds the committed version skips Restore.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import socket
+from collections.abc import Iterator, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from taskstate.proto import taskstate_pb2 as pb
+
+from ._codec import CODECS, JsonCodec
+from ._config import TaskStateConfig
+from ._context import current_context, identity
+from ._errors import ConfigError, LimitError, TaskStateError
+from ._transport import GrpcTransport
+
+_MISSING: Any = object()
+_ENTRY_OVERHEAD = 16
+_REQUEST_HEADROOM = 64 << 10
+_DURABILITY = {
+    (False, False): pb.DURABILITY_APPLIED,
+    (True, False): pb.DURABILITY_REPLICATED,
+    (False, True): pb.DURABILITY_FSYNCED,
+    (True, True): pb.DURABILITY_REPLICATED_FSYNCED,
+}
+
+
+class Phase(enum.Enum):
+    """Where a TaskState is in its life cycle."""
+
+    CREATED = "created"
+    OPEN = "open"
+    CLOSED = "closed"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class OpenInfo:
+    """What entering the block found: for logs, metrics and tests."""
+
+    epoch: int
+    committed_batch: int
+    size: int
+    version: str
+    rolled_back: bool
+    rolled_back_keys: int
+    restored: bool
+    reused_claim: bool
+
+
+@dataclass
+class _Session:
+    """A claim held by this process for one task attempt (module-level cache)."""
+
+    attempt_id: int
+    batch: int | None
+    epoch: int
+    version: str
+    data: dict[str, Any] | None
+    position: bytes | None
+    info: OpenInfo
+    active: bool = False
+    pid: int = field(default_factory=os.getpid)
+
+
+_sessions: dict[str, _Session] = {}
+
+
+def _is_mutable(value: Any) -> bool:
+    return isinstance(value, dict | list)
+
+
+class TaskState(MutableMapping[str, Any]):
+    """A Spark task's state: a MutableMapping of JSON values that survives crashes.
+
+    Example::
+
+        with TaskState(TaskContext.get(), component="hashtag-ewma") as s:
+            s["#spark"] = {"rate": 1.7, "last": 12}
+
+    Enter = Open + Restore; exit without exception = Commit of what changed; exit with
+    an exception = nothing committed, in-memory changes discarded, exception re-raised.
+    A nested value changed in place (``s["k"]["n"] += 1``) is detected and committed.
+
+    Args:
+        ctx: the task context; defaults to `pyspark.TaskContext.get()`. Outside Spark,
+            pass `LocalContext(partition_id, batch_id)`.
+        component: the operator's stable name (Storm's componentId).
+        namespace: the job's stable name; else `TASKSTATE_NAMESPACE`; else the value set
+            by `taskstate.spark_plugin.configure`; else ConfigError.
+        sidecar: `unix:///PATH` or `tcp://HOST:PORT`; else `TASKSTATE_SIDECAR`; else
+            `unix:///tmp/taskstate/sidecar.sock`.
+        mode: `mirror` (state in task memory, double-written) or `remote` (reads go
+            through the sidecar).
+        durability: `applied`, `replicated:N`, `fsynced` or `replicated:N,fsynced`.
+        codec: `json`.
+
+    Resume contract: `position` is the value passed to the last successful `commit()`
+    of the committed state; a resumed task continues *after* that position.
+    """
+
+    def __init__(
+        self,
+        ctx: Any = None,
+        *,
+        component: str,
+        namespace: str | None = None,
+        sidecar: str | None = None,
+        mode: str = "mirror",
+        durability: str = "applied",
+        codec: str = "json",
+    ) -> None:
+        self._ctx = current_context(ctx)
+        self._ident = identity(self._ctx)
+        self.config = TaskStateConfig.resolve(
+            component=component,
+            namespace=namespace,
+            sidecar=sidecar,
+            mode=mode,
+            durability=durability,
+            codec=codec,
+            local_property=lambda key: self._ctx.getLocalProperty(key),
+        )
+        c = self.config
+        self.task_id = f"{c.namespace}/{c.component}/{self._ident.partition}"
+        self._codec: JsonCodec = CODECS[c.codec]
+        self._transport = GrpcTransport(
+            c.target,
+            timeout_s=c.timeout_s,
+            retry_deadline_s=c.retry_deadline_s,
+            max_message_bytes=c.max_message_bytes,
+        )
+        self.phase = Phase.CREATED
+        self._session: _Session | None = None
+        self._data: dict[str, Any] = {}
+        self._absent: set[str] = set()  # remote mode: keys known not to exist
+        self._written: dict[str, bytes | None] = {}  # key -> encoding at write (None: deleted)
+        self._snap: dict[str, bytes] = {}  # mutable values read: encoding when first read
+
+    # -- identity -------------------------------------------------------------
+
+    @property
+    def batch_id(self) -> int | None:
+        """The micro-batch this block runs in (None in a batch job)."""
+        return self._ident.batch
+
+    @property
+    def partition(self) -> int:
+        """The task's partition id."""
+        return self._ident.partition
+
+    @property
+    def info(self) -> OpenInfo:
+        """What entering found (after `__enter__`)."""
+        return self._require_session().info
+
+    @property
+    def position(self) -> Any:
+        """The resume position committed with the state (decoded), or None."""
+        s = self._require_session()
+        if s.position is None:
+            return None
+        return self._codec.decode(self.task_id, "<position>", s.position)
+
+    def _pb_task(self) -> pb.TaskId:
+        c = self.config
+        return pb.TaskId(namespace=c.namespace, component=c.component,
+                         partition=self._ident.partition)
+
+    def _writer(self) -> pb.Writer:
+        return pb.Writer(
+            host=socket.gethostname(),
+            executor=os.environ.get("SPARK_EXECUTOR_ID", ""),
+            attempt=self._ident.attempt,
+            pid=os.getpid(),
+        )
+
+    def _require_session(self) -> _Session:
+        if self._session is None:
+            raise TaskStateError(
+                f"task {self.task_id}: the state is not open; use `with TaskState(...) as s:`",
+                self.task_id,
+            )
+        return self._session
+
+    def _require_open(self) -> _Session:
+        if self.phase is not Phase.OPEN:
+            raise TaskStateError(
+                f"task {self.task_id}: the state is {self.phase.value}; read and write it "
+                "inside its `with` block",
+                self.task_id,
+            )
+        return self._require_session()
+
+    # -- enter / exit -----------------------------------------------------------
+
+    def __enter__(self) -> TaskState:
+        if self.phase is not Phase.CREATED:
+            raise TaskStateError(
+                f"task {self.task_id}: a TaskState is entered once; create a new one",
+                self.task_id,
+            )
+        prior = _sessions.get(self.task_id)
+        if prior is not None and prior.pid != os.getpid():
+            prior = None
+        if prior is not None and prior.active:
+            raise ConfigError(
+                f"task {self.task_id}: already open in this process; nested `with TaskState` "
+                "blocks for the same component and partition are not allowed",
+                self.task_id,
+            )
+        same_attempt = (
+            prior is not None
+            and prior.attempt_id == self._ident.attempt_id
+            and prior.batch == self._ident.batch
+        )
+        if same_attempt:
+            assert prior is not None  # noqa: S101 - narrowed above
+            session = prior
+            session.info = OpenInfo(**{**_asdict(session.info), "reused_claim": True,
+                                       "restored": False})
+            if self.config.mode == "mirror" and session.data is None:
+                self._restore(session)
+        else:
+            session = self._open(prior)
+        session.active = True
+        _sessions[self.task_id] = session
+        self._session = session
+        self._data = session.data if session.data is not None else {}
+        self.phase = Phase.OPEN
+        return self
+
+    def _open(self, prior: _Session | None) -> _Session:
+        c = self.config
+        req = pb.OpenRequest(
+            task=self._pb_task(),
+            writer=self._writer(),
+            codec=c.codec,
+            durability=_DURABILITY[(c.durability.replicas > 0, c.durability.fsynced)],
+            replicas=c.durability.replicas,
+        )
+        if self._ident.batch is not None:
+            req.batch = self._ident.batch
+        r = self._transport.open(req, self.task_id)
+        reuse = (
+            c.mode == "mirror"
+            and prior is not None
+            and prior.data is not None
+            and prior.version == r.version
+        )
+        session = _Session(
+            attempt_id=self._ident.attempt_id,
+            batch=self._ident.batch,
+            epoch=r.epoch,
+            version=r.version,
+            data=prior.data if reuse and prior is not None else None,
+            position=r.position if r.has_position else None,
+            info=OpenInfo(r.epoch, r.committed_batch, r.size, r.version, r.rolled_back,
+                          r.rolled_back_keys, restored=False, reused_claim=False),
+        )
+        if c.mode == "mirror" and session.data is None:
+            if r.size == 0:
+                session.data = {}  # nothing stored: no Restore round trip
+            else:
+                self._restore(session)
+        return session
+
+    def _restore(self, session: _Session) -> None:
+        data: dict[str, Any] = {}
+        decode = self._codec.decode
+        task = self.task_id
+
+        def on_chunk(chunk: pb.RestoreChunk) -> None:
+            for e in chunk.entries:
+                data[e.key] = decode(task, e.key, e.value)
+
+        version = self._transport.restore(
+            pb.RestoreRequest(task=self._pb_task(), epoch=session.epoch), task, on_chunk,
+            data.clear,
+        )
+        session.data = data
+        session.version = version or session.version
+        session.info = OpenInfo(**{**_asdict(session.info), "restored": True,
+                                   "size": len(data)})
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        session = self._session
+        if session is None:
+            return False
+        try:
+            if exc_type is None and self.phase is Phase.OPEN:
+                self.commit()
+                self.phase = Phase.CLOSED
+            else:
+                self._discard(session)
+        except BaseException:
+            self._discard(session)
+            raise
+        finally:
+            session.active = False
+        return False
+
+    def _discard(self, session: _Session) -> None:
+        """Forget uncommitted changes: in-place edits may have touched the cached data, so
+        the next block of this attempt restores the committed state again."""
+        self.phase = Phase.FAILED
+        session.data = None
+        self._data = {}
+        self._written.clear()
+        self._snap.clear()
+
+    # -- commit -----------------------------------------------------------------
+
+    def _changes(self) -> tuple[list[tuple[str, bytes]], list[str]]:
+        upserts: list[tuple[str, bytes]] = []
+        deletes: list[str] = []
+        enc = self._codec.encode
+        for key, cached in self._written.items():
+            value = self._data.get(key, _MISSING)
+            if value is _MISSING:
+                deletes.append(key)
+            elif cached is not None and not _is_mutable(value):
+                upserts.append((key, cached))
+            else:
+                upserts.append((key, enc(self.task_id, key, value)))
+        for key, before in self._snap.items():
+            if key in self._written:
+                continue
+            value = self._data.get(key, _MISSING)
+            if value is _MISSING:
+                continue
+            now = enc(self.task_id, key, value)
+            if now != before:
+                upserts.append((key, now))
+        return upserts, deletes
+
+    def commit(self, position: Any = _MISSING) -> None:
+        """Commit what changed since the last commit, atomically, fenced by the epoch.
+
+        Called by `__exit__`; call it yourself for checkpoints in long batch tasks. With
+        `position` (any JSON value), a resumed attempt reads it back as `s.position` and
+        continues after it.
+        """
+        session = self._require_open()
+        upserts, deletes = self._changes()
+        pos = None
+        if position is not _MISSING:
+            pos = self._codec.encode(self.task_id, "<position>", position)
+        c = self.config
+        budget = c.max_message_bytes - _REQUEST_HEADROOM
+        parts = _split(self.task_id, upserts, deletes, budget)
+        if len(parts) > 1 and self._ident.batch is None:
+            total = sum(len(k) + len(v) + _ENTRY_OVERHEAD for k, v in upserts)
+            raise LimitError(
+                f"task {self.task_id}: this commit is {total} bytes, over the message limit of "
+                f"{c.max_message_bytes} bytes (TASKSTATE_MAX_MESSAGE_BYTES). Nothing was "
+                "sent. Commit more often with s.commit(position=...), or raise "
+                "TASKSTATE_MAX_MESSAGE_BYTES and the sidecar's --max-message-bytes together.",
+                self.task_id,
+            )
+        writer = self._writer()
+        durability = _DURABILITY[(c.durability.replicas > 0, c.durability.fsynced)]
+        try:
+            # In a micro-batch, pieces of a large change set are safe: a replay of the batch
+            # rolls back every commit of that batch.
+            for i, (ups, dels) in enumerate(parts):
+                last = i == len(parts) - 1
+                req = pb.CommitRequest(
+                    task=self._pb_task(),
+                    epoch=session.epoch,
+                    upserts=[pb.Entry(key=k, value=v) for k, v in ups],
+                    deletes=dels,
+                    durability=durability,
+                    replicas=c.durability.replicas,
+                    writer=writer,
+                )
+                if self._ident.batch is not None:
+                    req.batch = self._ident.batch
+                if pos is not None and last:
+                    req.position = pos
+                    req.has_position = True
+                r = self._transport.commit(req, self.task_id)
+                session.version = r.version
+        except BaseException:
+            session.data = None  # what Redis holds is no longer known here: restore next time
+            raise
+        if pos is not None:
+            session.position = pos
+        self._written.clear()
+        self._snap.clear()
+
+    # -- MutableMapping -----------------------------------------------------------
+
+    def _lookup(self, key: str) -> Any:
+        value = self._data.get(key, _MISSING)
+        if value is not _MISSING or self.config.mode == "mirror":
+            return value
+        if key in self._absent or not isinstance(key, str):
+            return _MISSING
+        session = self._require_open()
+        r = self._transport.multi_get(
+            pb.GetRequest(task=self._pb_task(), epoch=session.epoch, keys=[key]), self.task_id
+        )
+        found = r.values[0]
+        if not found.found:
+            self._absent.add(key)
+            return _MISSING
+        value = self._codec.decode(self.task_id, key, found.value)
+        self._data[key] = value
+        return value
+
+    def __getitem__(self, key: str) -> Any:
+        self._require_open()
+        value = self._lookup(key)
+        if value is _MISSING:
+            raise KeyError(key)
+        if _is_mutable(value) and key not in self._written and key not in self._snap:
+            self._snap[key] = self._codec.encode(self.task_id, key, value)
+        return value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._require_open()
+        encoded = self._codec.encode(self.task_id, key, value)  # fail here, not at commit
+        self._data[key] = value
+        self._absent.discard(key)
+        self._written[key] = encoded
+
+    def __delitem__(self, key: str) -> None:
+        self._require_open()
+        if self._lookup(key) is _MISSING:
+            raise KeyError(key)
+        del self._data[key]
+        if self.config.mode == "remote":
+            self._absent.add(key)
+        self._written[key] = None
+
+    def __contains__(self, key: object) -> bool:
+        self._require_open()
+        return isinstance(key, str) and self._lookup(key) is not _MISSING
+
+    def _remote_keys(self) -> list[str]:
+        session = self._require_open()
+        keys: list[str] = []
+
+        def on_chunk(chunk: pb.RestoreChunk) -> None:
+            keys.extend(e.key for e in chunk.entries)
+
+        self._transport.restore(
+            pb.RestoreRequest(task=self._pb_task(), epoch=session.epoch), self.task_id,
+            on_chunk, keys.clear,
+        )
+        return keys
+
+    def __iter__(self) -> Iterator[str]:
+        self._require_open()
+        if self.config.mode == "mirror":
+            return iter(self._data)
+        stored = self._remote_keys()
+        gone = {k for k, v in self._written.items() if v is None}
+        extra = [k for k in self._data if k not in set(stored)]
+        return iter([k for k in stored if k not in gone] + extra)
+
+    def __len__(self) -> int:
+        self._require_open()
+        if self.config.mode == "mirror":
+            return len(self._data)
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return f"TaskState({self.task_id!r}, mode={self.config.mode!r}, phase={self.phase.value})"
+
+
+def _asdict(info: OpenInfo) -> dict[str, Any]:
+    return {f: getattr(info, f) for f in OpenInfo.__dataclass_fields__}
+
+
+def _split(
+    task: str,
+    upserts: list[tuple[str, bytes]], deletes: list[str], budget: int
+) -> list[tuple[list[tuple[str, bytes]], list[str]]]:
+    """Cut a change set into pieces under `budget` bytes; one entry over it is an error."""
+    parts: list[tuple[list[tuple[str, bytes]], list[str]]] = [([], [])]
+    size = 0
+    for k, v in upserts:
+        n = len(k.encode()) + len(v) + _ENTRY_OVERHEAD
+        if n > budget:
+            raise LimitError(
+                f"task {task}: key {k[:80]!r} has a value of {len(v)} bytes, over the message limit "
+                f"({budget + _REQUEST_HEADROOM} bytes, TASKSTATE_MAX_MESSAGE_BYTES). Nothing "
+                "was sent. Split the value over several keys, or raise "
+                "TASKSTATE_MAX_MESSAGE_BYTES and the sidecar's --max-message-bytes together."
+            )
+        if size + n > budget and (parts[-1][0] or parts[-1][1]):
+            parts.append(([], []))
+            size = 0
+        parts[-1][0].append((k, v))
+        size += n
+    for k in deletes:
+        n = len(k.encode()) + _ENTRY_OVERHEAD
+        if size + n > budget and (parts[-1][0] or parts[-1][1]):
+            parts.append(([], []))
+            size = 0
+        parts[-1][1].append(k)
+        size += n
+    return parts

@@ -1,0 +1,184 @@
+"""gRPC to the sidecar: lazy, fork-safe channels, deadlines, retries, error translation.
+
+This is the only place where grpc types exist on the client side: every `RpcError` is
+turned into a `TaskStateError` here.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import grpc
+from tenacity import (
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    wait_random_exponential,
+)
+
+from taskstate.proto import codes
+from taskstate.proto import taskstate_pb2 as pb
+from taskstate.proto import taskstate_pb2_grpc as pb_grpc
+
+from ._errors import ERROR_BY_CODE, LimitError, SidecarUnavailableError, TaskStateError
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+_pid = os.getpid()
+_channels: dict[tuple[str, int], tuple[grpc.Channel, pb_grpc.TaskStateServiceStub]] = {}
+
+
+def _stub(target: str, max_message_bytes: int) -> pb_grpc.TaskStateServiceStub:
+    """One channel per (process, target): PySpark forks workers, and a channel made
+    before a fork must not be used after it (like redis-py's ConnectionPool._checkpid)."""
+    global _pid
+    with _lock:
+        if os.getpid() != _pid:
+            _channels.clear()  # the parent's channels: drop, never close, in the child
+            _pid = os.getpid()
+        key = (target, max_message_bytes)
+        entry = _channels.get(key)
+        if entry is None:
+            channel = grpc.insecure_channel(
+                target,
+                options=[
+                    ("grpc.max_send_message_length", max_message_bytes),
+                    ("grpc.max_receive_message_length", max_message_bytes),
+                    ("grpc.enable_retries", 0),
+                ],
+            )
+            entry = (channel, pb_grpc.TaskStateServiceStub(channel))
+            _channels[key] = entry
+        return entry[1]
+
+
+def translate(exc: grpc.RpcError, task: str | None, target: str) -> TaskStateError:
+    """Turn a gRPC failure into the matching TaskStateError (once, here)."""
+    call: Any = exc
+    code = call.code() if hasattr(call, "code") else None
+    details = call.details() if hasattr(call, "details") else str(exc)
+    trailing = dict(call.trailing_metadata() or ()) if hasattr(call, "trailing_metadata") else {}
+    ts_code = trailing.get(codes.METADATA_KEY)
+    if isinstance(ts_code, bytes):
+        ts_code = ts_code.decode()
+    if ts_code in ERROR_BY_CODE:
+        return ERROR_BY_CODE[ts_code](details or ts_code, task)
+    where = f"task {task}: " if task else ""
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return LimitError(
+            f"{where}the request was refused as too large ({details}). Commit more often, "
+            "or raise TASKSTATE_MAX_MESSAGE_BYTES and the sidecar's --max-message-bytes "
+            "together.",
+            task,
+        )
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                grpc.StatusCode.CANCELLED):
+        return SidecarUnavailableError(
+            f"{where}the sidecar at {target} did not answer ({code.name}: {details}). "
+            "Operator action: check that the sidecar runs beside this executor "
+            "(`taskstate sidecar ...` or the executor plugin) and that TASKSTATE_SIDECAR "
+            "points at it.",
+            task,
+        )
+    return TaskStateError(f"{where}sidecar call failed ({code}: {details})", task)
+
+
+class _Retryable(Exception):
+    """Internal: a transport failure that is safe to retry."""
+
+    def __init__(self, error: TaskStateError) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+class GrpcTransport:
+    """Calls the sidecar with a deadline per call; retries only when the sidecar was not
+    reachable (every call is idempotent: commits carry absolute values and an epoch)."""
+
+    def __init__(
+        self, target: str, *, timeout_s: float, retry_deadline_s: float, max_message_bytes: int
+    ) -> None:
+        self.target = target
+        self.timeout_s = timeout_s
+        self.retry_deadline_s = retry_deadline_s
+        self.max_message_bytes = max_message_bytes
+
+    @property
+    def stub(self) -> pb_grpc.TaskStateServiceStub:
+        """The process-local stub (created lazily, re-created after a fork)."""
+        return _stub(self.target, self.max_message_bytes)
+
+    def _call(self, task: str | None, fn: Callable[[], T]) -> T:
+        def attempt() -> T:
+            try:
+                return fn()
+            except grpc.RpcError as exc:
+                err = translate(exc, task, self.target)
+                if type(err) is SidecarUnavailableError:
+                    raise _Retryable(err) from exc
+                raise err from None
+
+        try:
+            for a in Retrying(
+                retry=retry_if_exception_type(_Retryable),
+                stop=stop_after_delay(self.retry_deadline_s),
+                wait=wait_random_exponential(multiplier=0.05, max=1.0),
+                reraise=True,
+            ):
+                with a:
+                    return attempt()
+        except _Retryable as exc:
+            raise exc.error from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def open(self, req: pb.OpenRequest, task: str) -> pb.OpenResponse:
+        """Open (claim) a task."""
+        return self._call(
+            task, lambda: self.stub.Open(req, timeout=self.timeout_s, wait_for_ready=True)
+        )
+
+    def restore(
+        self,
+        req: pb.RestoreRequest,
+        task: str,
+        on_chunk: Callable[[pb.RestoreChunk], None],
+        on_reset: Callable[[], None],
+    ) -> str:
+        """Stream the state chunk by chunk into `on_chunk` (nothing is buffered here).
+
+        If the sidecar goes away mid-stream, `on_reset` discards what arrived and the
+        stream starts again, within the retry deadline. Returns the restored version.
+        """
+
+        def run() -> str:
+            on_reset()
+            version = ""
+            for chunk in self.stub.Restore(req, timeout=self.timeout_s, wait_for_ready=True):
+                on_chunk(chunk)
+                if chunk.last:
+                    version = chunk.version
+            return version
+
+        return self._call(task, run)
+
+    def commit(self, req: pb.CommitRequest, task: str) -> pb.CommitResponse:
+        """Commit one change set."""
+        return self._call(
+            task, lambda: self.stub.Commit(req, timeout=self.timeout_s, wait_for_ready=True)
+        )
+
+    def multi_get(self, req: pb.GetRequest, task: str) -> pb.GetResponse:
+        """Read keys (remote mode)."""
+        return self._call(
+            task, lambda: self.stub.MultiGet(req, timeout=self.timeout_s, wait_for_ready=True)
+        )
+
+    def describe(self, req: pb.DescribeRequest, task: str) -> pb.TaskInfo:
+        """Describe a task."""
+        return self._call(
+            task, lambda: self.stub.Describe(req, timeout=self.timeout_s, wait_for_ready=True)
+        )
