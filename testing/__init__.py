@@ -1,0 +1,12 @@
+"""Helpers to test jobs that use taskstate.
+
+- `FakeSidecar`: the sidecar's gRPC service over in-memory storage, in-process, with
+  fault injection (`fake.storage.fail_next(op, exc)`). No Redis needed.
+- `RedisServer`, `SidecarProcess`: a real redis-server and the real sidecar on
+  temporary Unix sockets, each killable (`kill()` sends SIGKILL).
+"""
+
+from .fake import FakeSidecar
+from .processes import RedisServer, SidecarProcess, find_redis_server
+
+__all__ = ["FakeSidecar", "RedisServer", "SidecarProcess", "find_redis_server"]

@@ -1,0 +1,130 @@
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from taskstate.client import (
+    CodecError,
+    ConfigError,
+    DurabilitySpec,
+    FencedError,
+    LocalContext,
+    StateAheadError,
+    TaskState,
+    TaskStateConfig,
+    TaskStateError,
+)
+from taskstate.client._codec import JsonCodec
+from taskstate.client._config import DEFAULT_SIDECAR, grpc_target
+from taskstate.proto import ids
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "a}b", "a/b", "{x}", "x" * 200, "-lead", "sp ace", "ü", "a:b", "a\nb"]
+)
+def test_bad_component_names_are_refused_with_the_value(bad: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        TaskState(LocalContext(0), component=bad, namespace="ns", sidecar="unix:///x")
+    assert "component" in str(info.value)
+    if bad:
+        assert repr(bad)[:20] in str(info.value) or len(bad) > 128
+
+
+@pytest.mark.parametrize("good", ["a", "A-1", "x.y_z", "9" * 128])
+def test_good_names(good: str) -> None:
+    assert ids.name_problem("component", good) is None
+
+
+def test_namespace_precedence_argument_env_property() -> None:
+    prop = {"taskstate.namespace": "from-prop"}.get
+    env = {"TASKSTATE_NAMESPACE": "from-env"}
+    assert TaskStateConfig.resolve(component="c", namespace="arg", env=env,
+                                   local_property=prop).namespace == "arg"
+    assert TaskStateConfig.resolve(component="c", env=env, local_property=prop).namespace == (
+        "from-env"
+    )
+    assert TaskStateConfig.resolve(component="c", env={}, local_property=prop).namespace == (
+        "from-prop"
+    )
+    with pytest.raises(ConfigError, match="no namespace"):
+        TaskStateConfig.resolve(component="c", env={})
+
+
+def test_sidecar_precedence_and_default() -> None:
+    env = {"TASKSTATE_SIDECAR": "unix:///env.sock"}
+    assert TaskStateConfig.resolve(component="c", namespace="n", sidecar="tcp://h:1",
+                                   env=env).sidecar == "tcp://h:1"
+    assert TaskStateConfig.resolve(component="c", namespace="n", env=env).sidecar == (
+        "unix:///env.sock"
+    )
+    assert TaskStateConfig.resolve(component="c", namespace="n", env={}).sidecar == (
+        DEFAULT_SIDECAR
+    )
+    assert grpc_target("unix:///a/b.sock") == "unix:/a/b.sock"
+    assert grpc_target("tcp://127.0.0.1:5") == "127.0.0.1:5"
+    with pytest.raises(ConfigError):
+        grpc_target("unix://relative")
+    with pytest.raises(ConfigError):
+        grpc_target("nonsense")
+
+
+@pytest.mark.parametrize(
+    ("text", "replicas", "fsynced"),
+    [("applied", 0, False), ("replicated:2", 2, False), ("fsynced", 0, True),
+     ("replicated:1,fsynced", 1, True), ("replicated:1+fsynced", 1, True)],
+)
+def test_durability_parse(text: str, replicas: int, fsynced: bool) -> None:
+    d = DurabilitySpec.parse(text)
+    assert (d.replicas, d.fsynced) == (replicas, fsynced)
+
+
+@pytest.mark.parametrize("bad", ["", "fast", "replicated:", "replicated:0", "applied,fsynced"])
+def test_durability_bad(bad: str) -> None:
+    with pytest.raises(ConfigError, match="durability"):
+        DurabilitySpec.parse(bad)
+
+
+def test_bad_mode_and_codec() -> None:
+    with pytest.raises(ConfigError, match="mode"):
+        TaskStateConfig.resolve(component="c", namespace="n", mode="cache", env={})
+    with pytest.raises(ConfigError, match="codec"):
+        TaskStateConfig.resolve(component="c", namespace="n", codec="pickle", env={})
+
+
+def test_no_task_context_outside_spark_is_a_clear_error() -> None:
+    with pytest.raises(ConfigError, match="LocalContext"):
+        TaskState(component="c", namespace="n")
+
+
+@pytest.mark.parametrize(
+    ("value", "typename"),
+    [({1, 2}, "set"), ({"a": object()}, "object"), ([1, b"x"], "bytes"), ({1: 2}, "dict key")],
+)
+def test_codec_error_names_key_and_type(value: object, typename: str) -> None:
+    with pytest.raises(CodecError) as info:
+        JsonCodec().encode("ns/c/0", "the-key", value)
+    assert "'the-key'" in str(info.value) and typename in str(info.value)
+    assert "ns/c/0" in str(info.value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), {"a": [1.0, float("inf")]}])
+def test_codec_refuses_non_finite_floats(value: object) -> None:
+    with pytest.raises(CodecError, match="NaN or infinity"):
+        JsonCodec().encode("ns/c/0", "k", value)
+
+
+def test_codec_round_trip_and_bad_stored_bytes() -> None:
+    c = JsonCodec()
+    v = {"a": [1, 2.5, None, True, "x"], "null": None}
+    assert c.decode("t", "k", c.encode("t", "k", v)) == v
+    with pytest.raises(CodecError, match="not valid JSON"):
+        c.decode("ns/c/0", "k", b"\xff{")
+
+
+@pytest.mark.parametrize("cls", [FencedError, StateAheadError, ConfigError, CodecError])
+def test_errors_survive_pickling_between_spark_processes(cls: type[TaskStateError]) -> None:
+    err = cls("message for ns/c/1", "ns/c/1")
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is cls and str(back) == "message for ns/c/1" and back.task == "ns/c/1"
+    assert back.code == cls.code and isinstance(back, TaskStateError)
