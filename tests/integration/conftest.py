@@ -1,0 +1,82 @@
+"""Real redis-server and real sidecar processes on temporary Unix sockets."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from taskstate.client import _state
+from taskstate.testing import RedisServer, SidecarProcess, find_redis_server
+
+pytestmark = pytest.mark.integration
+
+
+def _require_redis() -> None:
+    try:
+        find_redis_server()
+    except FileNotFoundError as exc:  # fail loudly with the fix, never skip
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    _require_redis()
+    # DEBUG SLEEP lets a test hold Redis busy while a request is in flight
+    with RedisServer(tmp_path_factory.mktemp("redis"),
+                     extra=["--enable-debug-command", "local"]) as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def sidecar(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[SidecarProcess]:
+    sock = tmp_path_factory.mktemp("sidecar") / "s.sock"
+    with SidecarProcess(redis_server.url, sock) as s:
+        yield s
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_sessions() -> Iterator[None]:
+    """Each test starts as a fresh Python worker would: no claims held."""
+    _state._sessions.clear()
+    yield
+    _state._sessions.clear()
+
+
+def snapshot(r: RedisServer, namespace: str) -> dict[bytes, object]:
+    """Every key of a namespace (and the index) with its exact content."""
+    c = r.client()
+    out: dict[bytes, object] = {}
+    for key in sorted(c.scan_iter(match=f"ts:*{namespace}*")):
+        kind = c.type(key)
+        if kind == b"hash":
+            out[key] = c.hgetall(key)
+        elif kind == b"set":
+            out[key] = c.smembers(key)
+        else:
+            out[key] = c.dump(key)
+    return out
+
+
+CLAIM_FIELDS = {b"epoch", b"opened_at", b"last_writer"}
+
+
+def committed_snapshot(r: RedisServer, namespace: str) -> dict[bytes, object]:
+    """`snapshot` without the fields that entering a block (a claim) changes."""
+    return strip_claim(snapshot(r, namespace))
+
+
+def strip_claim(snap: dict[bytes, object]) -> dict[bytes, object]:
+    """Drop the meta fields that a claim changes from a snapshot."""
+    out = dict(snap)
+    for key, value in out.items():
+        if key.endswith(b":meta") and isinstance(value, dict):
+            out[key] = {f: v for f, v in value.items() if f not in CLAIM_FIELDS}
+    return out
+
+
+@pytest.fixture
+def tmp_sock(tmp_path: Path) -> Path:
+    return tmp_path / "s.sock"
