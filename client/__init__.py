@@ -1,9 +1,9 @@
 """What a Spark task imports: `TaskState`, its config, `LocalContext` and the errors.
 
-    from taskstate.client import TaskState
+from taskstate.client import TaskState
 
-    with TaskState(TaskContext.get(), component="hashtag-ewma") as s:
-        s["#spark"] = {"rate": 1.7, "last": 12}
+with TaskState(TaskContext.get(), component="hashtag-ewma") as s:
+s["#spark"] = {"rate": 1.7, "last": 12}
 """
 
 from ._config import DEFAULT_SIDECAR, DurabilitySpec, TaskStateConfig

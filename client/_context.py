@@ -83,11 +83,13 @@ def current_context(ctx: Any | None) -> Any:
     """`ctx`, or PySpark's TaskContext.get() when ctx is None."""
     if ctx is not None:
         return ctx
+    found = None
     try:
         from pyspark import TaskContext
+
+        found = TaskContext.get()
     except ImportError:
-        TaskContext = None  # noqa: N806
-    found = TaskContext.get() if TaskContext is not None else None
+        pass
     if found is None:
         raise ConfigError(
             "TaskState needs a task context and there is none: this code is not running "

@@ -19,7 +19,7 @@ import os
 import socket
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from taskstate.proto import taskstate_pb2 as pb
 
@@ -179,8 +179,9 @@ class TaskState(MutableMapping[str, Any]):
 
     def _pb_task(self) -> pb.TaskId:
         c = self.config
-        return pb.TaskId(namespace=c.namespace, component=c.component,
-                         partition=self._ident.partition)
+        return pb.TaskId(
+            namespace=c.namespace, component=c.component, partition=self._ident.partition
+        )
 
     def _writer(self) -> pb.Writer:
         return pb.Writer(
@@ -232,8 +233,9 @@ class TaskState(MutableMapping[str, Any]):
         if same_attempt:
             assert prior is not None  # noqa: S101 - narrowed above
             session = prior
-            session.info = OpenInfo(**{**_asdict(session.info), "reused_claim": True,
-                                       "restored": False})
+            session.info = OpenInfo(
+                **{**_asdict(session.info), "reused_claim": True, "restored": False}
+            )
             if self.config.mode == "mirror" and session.data is None:
                 self._restore(session)
         else:
@@ -270,8 +272,16 @@ class TaskState(MutableMapping[str, Any]):
             version=r.version,
             data=prior.data if reuse and prior is not None else None,
             position=r.position if r.has_position else None,
-            info=OpenInfo(r.epoch, r.committed_batch, r.size, r.version, r.rolled_back,
-                          r.rolled_back_keys, restored=False, reused_claim=False),
+            info=OpenInfo(
+                r.epoch,
+                r.committed_batch,
+                r.size,
+                r.version,
+                r.rolled_back,
+                r.rolled_back_keys,
+                restored=False,
+                reused_claim=False,
+            ),
         )
         if c.mode == "mirror" and session.data is None:
             if r.size == 0:
@@ -290,15 +300,16 @@ class TaskState(MutableMapping[str, Any]):
                 data[e.key] = decode(task, e.key, e.value)
 
         version = self._transport.restore(
-            pb.RestoreRequest(task=self._pb_task(), epoch=session.epoch), task, on_chunk,
+            pb.RestoreRequest(task=self._pb_task(), epoch=session.epoch),
+            task,
+            on_chunk,
             data.clear,
         )
         session.data = data
         session.version = version or session.version
-        session.info = OpenInfo(**{**_asdict(session.info), "restored": True,
-                                   "size": len(data)})
+        session.info = OpenInfo(**{**_asdict(session.info), "restored": True, "size": len(data)})
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         session = self._session
         if session is None:
             return False
@@ -316,8 +327,11 @@ class TaskState(MutableMapping[str, Any]):
         return False
 
     def _discard(self, session: _Session) -> None:
-        """Forget uncommitted changes: in-place edits may have touched the cached data, so
-        the next block of this attempt restores the committed state again."""
+        """Forget uncommitted changes.
+
+        In-place edits may have touched the cached data, so the next block of this
+        attempt restores the committed state again.
+        """
         self.phase = Phase.FAILED
         session.data = None
         self._data = {}
@@ -461,8 +475,10 @@ class TaskState(MutableMapping[str, Any]):
             keys.extend(e.key for e in chunk.entries)
 
         self._transport.restore(
-            pb.RestoreRequest(task=self._pb_task(), epoch=session.epoch), self.task_id,
-            on_chunk, keys.clear,
+            pb.RestoreRequest(task=self._pb_task(), epoch=session.epoch),
+            self.task_id,
+            on_chunk,
+            keys.clear,
         )
         return keys
 
@@ -490,8 +506,7 @@ def _asdict(info: OpenInfo) -> dict[str, Any]:
 
 
 def _split(
-    task: str,
-    upserts: list[tuple[str, bytes]], deletes: list[str], budget: int
+    task: str, upserts: list[tuple[str, bytes]], deletes: list[str], budget: int
 ) -> list[tuple[list[tuple[str, bytes]], list[str]]]:
     """Cut a change set into pieces under `budget` bytes; one entry over it is an error."""
     parts: list[tuple[list[tuple[str, bytes]], list[str]]] = [([], [])]
@@ -500,7 +515,8 @@ def _split(
         n = len(k.encode()) + len(v) + _ENTRY_OVERHEAD
         if n > budget:
             raise LimitError(
-                f"task {task}: key {k[:80]!r} has a value of {len(v)} bytes, over the message limit "
+                f"task {task}: key {k[:80]!r} has a value of {len(v)} bytes, over the message "
+                f"limit "
                 f"({budget + _REQUEST_HEADROOM} bytes, TASKSTATE_MAX_MESSAGE_BYTES). Nothing "
                 "was sent. Split the value over several keys, or raise "
                 "TASKSTATE_MAX_MESSAGE_BYTES and the sidecar's --max-message-bytes together."

@@ -33,8 +33,11 @@ _channels: dict[tuple[str, int], tuple[grpc.Channel, pb_grpc.TaskStateServiceStu
 
 
 def _stub(target: str, max_message_bytes: int) -> pb_grpc.TaskStateServiceStub:
-    """One channel per (process, target): PySpark forks workers, and a channel made
-    before a fork must not be used after it (like redis-py's ConnectionPool._checkpid)."""
+    """One channel per (process, target).
+
+    PySpark forks workers, and a channel made before a fork must not be used after it
+    (like redis-py's ConnectionPool._checkpid).
+    """
     global _pid
     with _lock:
         if os.getpid() != _pid:
@@ -75,8 +78,11 @@ def translate(exc: grpc.RpcError, task: str | None, target: str) -> TaskStateErr
             "together.",
             task,
         )
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
-                grpc.StatusCode.CANCELLED):
+    if code in (
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,
+    ):
         return SidecarUnavailableError(
             f"{where}the sidecar at {target} did not answer ({code.name}: {details}). "
             "Operator action: check that the sidecar runs beside this executor "
@@ -96,8 +102,11 @@ class _Retryable(Exception):
 
 
 class GrpcTransport:
-    """Calls the sidecar with a deadline per call; retries only when the sidecar was not
-    reachable (every call is idempotent: commits carry absolute values and an epoch)."""
+    """Calls the sidecar with a deadline per call.
+
+    Retries only when the sidecar was not reachable (every call is idempotent: commits
+    carry absolute values and an epoch).
+    """
 
     def __init__(
         self, target: str, *, timeout_s: float, retry_deadline_s: float, max_message_bytes: int
@@ -137,9 +146,10 @@ class GrpcTransport:
 
     def open(self, req: pb.OpenRequest, task: str) -> pb.OpenResponse:
         """Open (claim) a task."""
-        return self._call(
+        r: pb.OpenResponse = self._call(
             task, lambda: self.stub.Open(req, timeout=self.timeout_s, wait_for_ready=True)
         )
+        return r
 
     def restore(
         self,
@@ -167,18 +177,21 @@ class GrpcTransport:
 
     def commit(self, req: pb.CommitRequest, task: str) -> pb.CommitResponse:
         """Commit one change set."""
-        return self._call(
+        r: pb.CommitResponse = self._call(
             task, lambda: self.stub.Commit(req, timeout=self.timeout_s, wait_for_ready=True)
         )
+        return r
 
     def multi_get(self, req: pb.GetRequest, task: str) -> pb.GetResponse:
         """Read keys (remote mode)."""
-        return self._call(
+        r: pb.GetResponse = self._call(
             task, lambda: self.stub.MultiGet(req, timeout=self.timeout_s, wait_for_ready=True)
         )
+        return r
 
     def describe(self, req: pb.DescribeRequest, task: str) -> pb.TaskInfo:
         """Describe a task."""
-        return self._call(
+        r: pb.TaskInfo = self._call(
             task, lambda: self.stub.Describe(req, timeout=self.timeout_s, wait_for_ready=True)
         )
+        return r

@@ -24,12 +24,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="ADDR",
         help="unix:///PATH or tcp://HOST:PORT (repeatable; port 0 picks a free port)",
     )
-    p.add_argument("--max-message-bytes", type=int, default=64 << 20,
-                   help="largest gRPC message accepted or sent (default 64 MiB)")
-    p.add_argument("--drain-seconds", type=float, default=30.0,
-                   help="on SIGTERM, how long in-flight calls may take to finish")
-    p.add_argument("--redis-deadline", type=float, default=10.0,
-                   help="seconds a Redis call is retried for before the request fails")
+    p.add_argument(
+        "--max-message-bytes",
+        type=int,
+        default=64 << 20,
+        help="largest gRPC message accepted or sent (default 64 MiB)",
+    )
+    p.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=30.0,
+        help="on SIGTERM, how long in-flight calls may take to finish",
+    )
+    p.add_argument(
+        "--redis-deadline",
+        type=float,
+        default=10.0,
+        help="seconds a Redis call is retried for before the request fails",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 

@@ -78,8 +78,11 @@ class Sidecar:
         self.health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
-            (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-             reflection.SERVICE_NAME),
+            (
+                SERVICE_NAME,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ),
             self.server,
         )
         self.addresses: list[str] = []
@@ -131,8 +134,9 @@ async def serve(config: SidecarConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"taskstate sidecar ready: listening on {' '.join(addresses)} pid {os.getpid()}",
-          flush=True)
+    print(
+        f"taskstate sidecar ready: listening on {' '.join(addresses)} pid {os.getpid()}", flush=True
+    )
     log.info("sidecar ready", extra={"listen": addresses})
     await stop.wait()
     log.info("draining", extra={"grace_s": config.drain_seconds})

@@ -105,7 +105,7 @@ def _info(m: TaskMeta) -> pb.TaskInfo:
     )
 
 
-class TaskStateServicer(pb_grpc.TaskStateServiceServicer):
+class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]  # no .pyi
     """Implements taskstate.v1.TaskStateService on top of a Storage."""
 
     def __init__(self, storage: Storage, limits: Limits | None = None) -> None:
@@ -149,8 +149,13 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):
             )
             log.info(
                 "task opened",
-                extra={"task": task.fq, "batch": batch, "epoch": r.epoch,
-                       "rolled_back": r.rolled_back, "rolled_back_keys": r.rolled_back_keys},
+                extra={
+                    "task": task.fq,
+                    "batch": batch,
+                    "epoch": r.epoch,
+                    "rolled_back": r.rolled_back,
+                    "rolled_back_keys": r.rolled_back_keys,
+                },
             )
             return pb.OpenResponse(
                 epoch=r.epoch,
@@ -225,8 +230,9 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):
                 writer=_writer(request.writer),
                 durability=durability,
             )
-            return pb.CommitResponse(version=r.version, size=r.size,
-                                     replicas_acked=r.replicas_acked)
+            return pb.CommitResponse(
+                version=r.version, size=r.size, replicas_acked=r.replicas_acked
+            )
 
         return await self._guard(context, "Commit", run)
 
@@ -278,7 +284,8 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):
     ) -> pb.ListResponse:
         async def run() -> pb.ListResponse:
             ns, comp = self._scope(request.namespace, request.component)
-            return pb.ListResponse(tasks=[_info(m) for m in await self.storage.list_tasks(ns, comp)])
+            metas = await self.storage.list_tasks(ns, comp)
+            return pb.ListResponse(tasks=[_info(m) for m in metas])
 
         return await self._guard(context, "List", run)
 
@@ -296,8 +303,10 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):
                     raise _bad(problem)
                 part = request.partition
             n = await self.storage.drop(ns, comp, part)
-            log.warning("state dropped", extra={"namespace": ns, "component": comp,
-                                                "partition": part, "tasks": n})
+            log.warning(
+                "state dropped",
+                extra={"namespace": ns, "component": comp, "partition": part, "tasks": n},
+            )
             return pb.DropResponse(tasks_dropped=n)
 
         return await self._guard(context, "Drop", run)

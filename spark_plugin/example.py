@@ -57,12 +57,12 @@ def register_source(spark: Any) -> None:
     """Register the example's Python streaming data source with a SparkSession."""
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
-    class RangePartition(InputPartition):  # type: ignore[misc]
+    class RangePartition(InputPartition):
         def __init__(self, start: int, end: int) -> None:
             self.start, self.end = start, end
 
-    class EventReader(DataSourceStreamReader):  # type: ignore[misc]
-        def __init__(self, options: dict[str, str]) -> None:
+    class EventReader(DataSourceStreamReader):
+        def __init__(self, options: Any) -> None:
             self.per_batch = int(options.get("events_per_batch", "200"))
             self.total = self.per_batch * int(options.get("batches", "6"))
             self.keys = int(options.get("keys", "40"))
@@ -85,7 +85,7 @@ def register_source(spark: Any) -> None:
         def commit(self, end: dict[str, int]) -> None:
             pass
 
-    class EventSource(DataSource):  # type: ignore[misc]
+    class EventSource(DataSource):
         @classmethod
         def name(cls) -> str:
             return SOURCE_NAME
@@ -138,18 +138,21 @@ def make_update(opts: JobOptions) -> Any:
         from taskstate.client import TaskState
 
         ctx = TaskContext.get()
-        batch = int(ctx.getLocalProperty("streaming.sql.batchId"))
+        assert ctx is not None, "runs inside a Spark task"  # noqa: S101
+        batch = int(ctx.getLocalProperty("streaming.sql.batchId") or -1)
         part = ctx.partitionId()
         parts = [f for f in frames if len(f)]
-        pdf = (pd.concat(parts) if parts else pd.DataFrame(
-            {"event_id": [], "key": [], "value": []})).sort_values("event_id")
+        pdf = (
+            pd.concat(parts) if parts else pd.DataFrame({"event_id": [], "key": [], "value": []})
+        ).sort_values("event_id")
         if opts.state == "taskstate":
-            with TaskState(ctx, component=COMPONENT, namespace=opts.namespace,
-                           sidecar=opts.sidecar) as s:
+            with TaskState(
+                ctx, component=COMPONENT, namespace=opts.namespace, sidecar=opts.sidecar
+            ) as s:
                 rows = apply_events(s, pdf, batch, part)
         else:
-            s = _PLAIN.setdefault((opts.namespace, part), {})
-            rows = apply_events(s, pdf, batch, part)
+            plain = _PLAIN.setdefault((opts.namespace, part), {})
+            rows = apply_events(plain, pdf, batch, part)
         _maybe_fault(opts, batch, part)
         yield pd.DataFrame(rows, columns=["batch", "part", "event_id", "key", "count", "total"])
 
@@ -198,8 +201,12 @@ def spark_session(master: str) -> Any:
 def run_query(args: argparse.Namespace) -> int:
     """Run the query until `batches` micro-batches are committed in its checkpoint."""
     opts = JobOptions(
-        namespace=args.namespace, sidecar=args.sidecar, state=args.state,
-        kill_worker_at=args.kill_worker_at, pause_at=args.pause_at, fault_dir=args.fault_dir,
+        namespace=args.namespace,
+        sidecar=args.sidecar,
+        state=args.state,
+        kill_worker_at=args.kill_worker_at,
+        pause_at=args.pause_at,
+        fault_dir=args.fault_dir,
     )
     spark = spark_session(args.master)
     spark.sparkContext.setLogLevel("ERROR")
@@ -261,9 +268,13 @@ def read_state(redis_url: str, namespace: str, partitions: int) -> dict[str, Any
     state: dict[str, Any] = {}
     for p in range(partitions):
         data = client.hgetall(f"ts:{{{namespace}/{COMPONENT}/{p}}}:data")
-        state.update({k.decode(): orjson.loads(v) for k, v in data.items()})
+        state.update({_text(k): orjson.loads(v) for k, v in data.items()})
     client.close()
     return state
+
+
+def _text(v: bytes | str) -> str:
+    return v.decode() if isinstance(v, bytes) else v
 
 
 def expected_state(batches: int, events_per_batch: int, keys: int) -> dict[str, Any]:
@@ -321,13 +332,33 @@ class Runner:
         (run_dir / "faults").mkdir(parents=True, exist_ok=True)
         a = self.args
         cmd = [
-            sys.executable, "-m", "taskstate.spark_plugin.example", "--query",
-            "--namespace", f"{a.namespace_prefix}-{name}", "--sidecar", self.sidecar,
-            "--state", state, "--batches", str(a.batches),
-            "--events-per-batch", str(a.events_per_batch), "--keys", str(a.keys),
-            "--partitions", str(a.partitions), "--master", a.master,
-            "--out", str(run_dir / "out"), "--checkpoint", str(run_dir / "checkpoint"),
-            "--fault-dir", str(run_dir / "faults"), *extra,
+            sys.executable,
+            "-m",
+            "taskstate.spark_plugin.example",
+            "--query",
+            "--namespace",
+            f"{a.namespace_prefix}-{name}",
+            "--sidecar",
+            self.sidecar,
+            "--state",
+            state,
+            "--batches",
+            str(a.batches),
+            "--events-per-batch",
+            str(a.events_per_batch),
+            "--keys",
+            str(a.keys),
+            "--partitions",
+            str(a.partitions),
+            "--master",
+            a.master,
+            "--out",
+            str(run_dir / "out"),
+            "--checkpoint",
+            str(run_dir / "checkpoint"),
+            "--fault-dir",
+            str(run_dir / "faults"),
+            *extra,
         ]
         log = open(run_dir / "query.log", "ab")  # noqa: SIM115 - owned by the child
         proc = subprocess.Popen(  # noqa: S603 - our own module
@@ -416,8 +447,11 @@ def orchestrate(ns: argparse.Namespace) -> int:
         golden_rows: list[tuple[Any, ...]] = []
         golden_state: dict[str, Any] = {}
         for i, (name, state, faults) in enumerate(chosen, 1):
-            print(f"[{i}/{len(chosen)}] {name}: state={state} faults={faults} "
-                  f"({ns.batches} batches) ...", flush=True)
+            print(
+                f"[{i}/{len(chosen)}] {name}: state={state} faults={faults} "
+                f"({ns.batches} batches) ...",
+                flush=True,
+            )
             secs = runner.run(name, state, faults)
             rows = read_output(workdir / name / "out")
             if state == "taskstate":
@@ -426,8 +460,17 @@ def orchestrate(ns: argparse.Namespace) -> int:
                 final = _state_from_rows(rows)
             if name == "golden":
                 golden_rows, golden_state = rows, final
-            results.append(RunResult(name, state, faults, len(rows), rows == golden_rows,
-                                     final == golden_state, round(secs, 1)))
+            results.append(
+                RunResult(
+                    name,
+                    state,
+                    faults,
+                    len(rows),
+                    rows == golden_rows,
+                    final == golden_state,
+                    round(secs, 1),
+                )
+            )
             print(f"      done in {secs:.1f} s, {len(rows)} output rows", flush=True)
         truth = expected_state(ns.batches, ns.events_per_batch, ns.keys)
         _print_tables(results, golden_state, truth)
@@ -438,7 +481,9 @@ def orchestrate(ns: argparse.Namespace) -> int:
         }
         (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
         print(f"summary: {workdir / 'summary.json'}")
-        ok = golden_state == truth and all(r.identical for r in results if r.state_kind == "taskstate")
+        ok = golden_state == truth and all(
+            r.identical for r in results if r.state_kind == "taskstate"
+        )
         return 0 if ok else 1
     finally:
         if runner is not None:
@@ -466,8 +511,10 @@ def _print_tables(results: list[RunResult], golden: dict[str, Any], truth: dict[
     print(f"golden equals the totals computed without Spark: {'yes' if golden == truth else 'NO'}")
     print(f"\n{'run':<28}{'state':<11}{'faults':<9}{'rows':>6}  identical to golden")
     for r in results:
-        print(f"{r.name:<28}{r.state_kind:<11}{r.faults:<9}{r.rows:>6}  "
-              f"{'yes' if r.identical else 'NO'}")
+        print(
+            f"{r.name:<28}{r.state_kind:<11}{r.faults:<9}{r.rows:>6}  "
+            f"{'yes' if r.identical else 'NO'}"
+        )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -481,15 +528,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--master", default="local[2,4]", help="Spark master (retries enabled)")
     p.add_argument("--redis-url", help="use this Redis instead of a private redis-server")
     p.add_argument("--out", help="work directory (default: a new temp directory)")
-    p.add_argument("--scenarios", default="all",
-                   help="comma-separated: golden, worker-killed, query-restarted, "
-                        "plain-dict-worker-killed, or all")
+    p.add_argument(
+        "--scenarios",
+        default="all",
+        help="comma-separated: golden, worker-killed, query-restarted, "
+        "plain-dict-worker-killed, or all",
+    )
     # one run of the query (used by the orchestrator and the tests)
     p.add_argument("--query", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--namespace", help=argparse.SUPPRESS)
     p.add_argument("--sidecar", help=argparse.SUPPRESS)
-    p.add_argument("--state", default="taskstate", choices=["taskstate", "dict"],
-                   help=argparse.SUPPRESS)
+    p.add_argument(
+        "--state", default="taskstate", choices=["taskstate", "dict"], help=argparse.SUPPRESS
+    )
     p.add_argument("--checkpoint", help=argparse.SUPPRESS)
     p.add_argument("--fault-dir", default="", help=argparse.SUPPRESS)
     p.add_argument("--kill-worker-at", type=int, default=-1, help=argparse.SUPPRESS)

@@ -30,8 +30,10 @@ class FakeSidecar:
         self._dir = tempfile.TemporaryDirectory(prefix="taskstate-fake-")
         self.socket = Path(self._dir.name) / "sidecar.sock"
         self.config = SidecarConfig(
-            redis_url="memory://", listen=(f"unix://{self.socket}",),
-            max_message_bytes=max_message_bytes, drain_seconds=1.0,
+            redis_url="memory://",
+            listen=(f"unix://{self.socket}",),
+            max_message_bytes=max_message_bytes,
+            drain_seconds=1.0,
         )
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)

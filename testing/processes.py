@@ -90,13 +90,20 @@ class RedisServer:
         """Start (or restart, keeping the data directory) and wait for PING."""
         args = [
             find_redis_server(),
-            "--port", "0",
-            "--unixsocket", str(self.socket),
-            "--unixsocketperm", "700",
-            "--dir", str(self.workdir),
-            "--save", "",
-            "--appendonly", "yes" if self.appendonly else "no",
-            "--logfile", str(self.workdir / "redis.log"),
+            "--port",
+            "0",
+            "--unixsocket",
+            str(self.socket),
+            "--unixsocketperm",
+            "700",
+            "--dir",
+            str(self.workdir),
+            "--save",
+            "",
+            "--appendonly",
+            "yes" if self.appendonly else "no",
+            "--logfile",
+            str(self.workdir / "redis.log"),
             *self.extra,
         ]
         if self.appendonly:
@@ -179,8 +186,16 @@ class SidecarProcess:
         """Start the sidecar and wait for its ready line."""
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in kill()
         self.proc = subprocess.Popen(  # noqa: S603 - our own module
-            [self.python, "-m", "taskstate.sidecar", "--redis-url", self.redis_url,
-             "--listen", self.target, *self.extra],
+            [
+                self.python,
+                "-m",
+                "taskstate.sidecar",
+                "--redis-url",
+                self.redis_url,
+                "--listen",
+                self.target,
+                *self.extra,
+            ],
             stdout=subprocess.PIPE,
             stderr=self._log,
             start_new_session=True,

@@ -182,8 +182,11 @@ class MemoryStorage:
     async def list_tasks(self, namespace: str, component: str | None) -> list[TaskMeta]:
         """Every task of the namespace."""
         keys = sorted(
-            (k for k in self.tasks if k.namespace == namespace
-             and (component is None or k.component == component)),
+            (
+                k
+                for k in self.tasks
+                if k.namespace == namespace and (component is None or k.component == component)
+            ),
             key=lambda k: (k.component, k.partition),
         )
         return [await self.describe(k) for k in keys]
@@ -191,7 +194,8 @@ class MemoryStorage:
     async def drop(self, namespace: str, component: str | None, partition: int | None) -> int:
         """Delete tasks."""
         doomed = [
-            k for k in self.tasks
+            k
+            for k in self.tasks
             if k.namespace == namespace
             and (component is None or k.component == component)
             and (partition is None or k.partition == partition)

@@ -94,8 +94,11 @@ class RedisStorage:
     async def _evalsha(
         self, name: str, keys: Sequence[str], args: Sequence[Any], wait: tuple[int, ...] = ()
     ) -> Any:
-        """EVALSHA (loading the script on NOSCRIPT), optionally followed on the same
-        connection by WAIT / WAITAOF so that they cover this write."""
+        """EVALSHA (loading the script on NOSCRIPT).
+
+        Optionally followed on the same connection by WAIT / WAITAOF, so that they
+        cover this write.
+        """
         if name not in self._sha:
             await self._load_scripts()
         for _ in range(2):
@@ -177,8 +180,13 @@ class RedisStorage:
         if durability.fsynced:
             await self._retry.run("open", self._check_fsync_supported)
         meta, data, undo = task_keys(task)
-        args = ["" if batch is None else str(batch), uuid.uuid4().hex, f"{time.time():.3f}",
-                writer, codec]
+        args = [
+            "" if batch is None else str(batch),
+            uuid.uuid4().hex,
+            f"{time.time():.3f}",
+            writer,
+            codec,
+        ]
 
         async def call() -> Any:
             return await self._evalsha("open", (meta, data, undo), args)
@@ -188,8 +196,10 @@ class RedisStorage:
         except rex.ResponseError as exc:
             raise self._script_error(task, exc, batch, codec) from None
         await self._retry.run(
-            "index", lambda: self._redis.sadd(index_key(task.namespace),
-                                              f"{task.component}/{task.partition}")
+            "index",
+            lambda: self._redis.sadd(
+                index_key(task.namespace), f"{task.component}/{task.partition}"
+            ),
         )
         return OpenResult(
             epoch=int(r[0]),
@@ -209,7 +219,9 @@ class RedisStorage:
         await self._check_epoch(task, meta, epoch)
         size = await self._retry.run("restore", lambda: self._redis.hlen(data))
         if size <= min(_HGETALL_MAX, max_fields):
-            items = await self._retry.run("restore", lambda: self._redis.hgetall(data))
+            items: dict[Any, Any] = await self._retry.run(
+                "restore", lambda: self._hgetall(data)
+            )
             yield [(k.decode(), v) for k, v in items.items()]
         else:
             cursor = 0
@@ -226,6 +238,9 @@ class RedisStorage:
                     break
         # A newer claim during the scan makes what we sent unreliable: fail, do not guess.
         await self._check_epoch(task, meta, epoch)
+
+    async def _hgetall(self, key: str) -> dict[Any, Any]:
+        return await self._redis.hgetall(key)
 
     async def _check_epoch(self, task: TaskKey, meta: str, epoch: int) -> None:
         current = await self._retry.run("epoch", lambda: self._redis.hget(meta, "epoch"))
@@ -353,9 +368,7 @@ class RedisStorage:
         )
 
     async def _members(self, namespace: str, component: str | None) -> list[TaskKey]:
-        raw = await self._retry.run(
-            "list", lambda: self._redis.smembers(index_key(namespace))
-        )
+        raw = await self._retry.run("list", lambda: self._redis.smembers(index_key(namespace)))
         tasks = []
         for member in sorted(_text(x) for x in raw):
             comp, _, part = member.rpartition("/")

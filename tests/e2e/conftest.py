@@ -39,7 +39,8 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
 
 
 @pytest.fixture(scope="module")
-def sidecar(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-            ) -> Iterator[SidecarProcess]:
+def sidecar(
+    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SidecarProcess]:
     with SidecarProcess(redis_server.url, tmp_path_factory.mktemp("sc") / "s.sock") as s:
         yield s

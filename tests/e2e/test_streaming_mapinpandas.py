@@ -27,15 +27,30 @@ BATCHES, PER_BATCH, KEYS, PARTS, FAULT_BATCH = 5, 200, 30, 4, 2
 
 
 @pytest.fixture(scope="module")
-def runs(spark_ready: None, redis_server: RedisServer, sidecar: SidecarProcess,
-         tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def runs(
+    spark_ready: None,
+    redis_server: RedisServer,
+    sidecar: SidecarProcess,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, Any]:
     """Run every scenario once; tests below check one property each."""
     workdir = tmp_path_factory.mktemp("runs")
-    ns = build_parser().parse_args([
-        "--batches", str(BATCHES), "--events-per-batch", str(PER_BATCH), "--keys", str(KEYS),
-        "--partitions", str(PARTS), "--fault-batch", str(FAULT_BATCH),
-        "--namespace-prefix", f"e2e-{uuid.uuid4().hex[:6]}",
-    ])
+    ns = build_parser().parse_args(
+        [
+            "--batches",
+            str(BATCHES),
+            "--events-per-batch",
+            str(PER_BATCH),
+            "--keys",
+            str(KEYS),
+            "--partitions",
+            str(PARTS),
+            "--fault-batch",
+            str(FAULT_BATCH),
+            "--namespace-prefix",
+            f"e2e-{uuid.uuid4().hex[:6]}",
+        ]
+    )
     runner = Runner(workdir, redis_server.url, sidecar.target, ns)
     out: dict[str, Any] = {"workdir": workdir, "prefix": ns.namespace_prefix}
     try:
@@ -47,8 +62,11 @@ def runs(spark_ready: None, redis_server: RedisServer, sidecar: SidecarProcess,
         ):
             runner.run(name, state, faults)
             rows = read_output(workdir / name / "out")
-            final = (read_state(redis_server.url, f"{ns.namespace_prefix}-{name}", PARTS)
-                     if state == "taskstate" else _state_from_rows(rows))
+            final = (
+                read_state(redis_server.url, f"{ns.namespace_prefix}-{name}", PARTS)
+                if state == "taskstate"
+                else _state_from_rows(rows)
+            )
             out[name] = {"rows": rows, "state": final}
     finally:
         runner.kill_all()
@@ -57,8 +75,10 @@ def runs(spark_ready: None, redis_server: RedisServer, sidecar: SidecarProcess,
 
 def _rollbacks(r: RedisServer, namespace: str) -> int:
     c: redis.Redis = r.client()
-    return sum(int(c.hget(f"ts:{{{namespace}/{COMPONENT}/{p}}}:meta", "rollbacks") or 0)
-               for p in range(PARTS))
+    return sum(
+        int(c.hget(f"ts:{{{namespace}/{COMPONENT}/{p}}}:meta", "rollbacks") or 0)
+        for p in range(PARTS)
+    )
 
 
 def test_golden_equals_the_totals_computed_without_spark(runs: dict[str, Any]) -> None:
@@ -67,8 +87,9 @@ def test_golden_equals_the_totals_computed_without_spark(runs: dict[str, Any]) -
     assert {r[0] for r in runs["golden"]["rows"]} == set(range(BATCHES))
 
 
-def test_python_worker_sigkilled_mid_batch_equals_golden(runs: dict[str, Any],
-                                                         redis_server: RedisServer) -> None:
+def test_python_worker_sigkilled_mid_batch_equals_golden(
+    runs: dict[str, Any], redis_server: RedisServer
+) -> None:
     workdir: Path = runs["workdir"]
     assert (workdir / "worker" / "faults" / "worker-killed").exists()  # the fault struck
     # the kill came after the batch's commit, so the retried task had to roll it back

@@ -24,14 +24,16 @@ def _require_redis() -> None:
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     _require_redis()
     # DEBUG SLEEP lets a test hold Redis busy while a request is in flight
-    with RedisServer(tmp_path_factory.mktemp("redis"),
-                     extra=["--enable-debug-command", "local"]) as r:
+    with RedisServer(
+        tmp_path_factory.mktemp("redis"), extra=["--enable-debug-command", "local"]
+    ) as r:
         yield r
 
 
 @pytest.fixture(scope="module")
-def sidecar(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-            ) -> Iterator[SidecarProcess]:
+def sidecar(
+    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SidecarProcess]:
     sock = tmp_path_factory.mktemp("sidecar") / "s.sock"
     with SidecarProcess(redis_server.url, sock) as s:
         yield s

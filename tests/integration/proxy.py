@@ -47,8 +47,9 @@ class LossyProxy:
             upstream.connect(self.unix_path)
             doomed = threading.Event()
             threading.Thread(target=self._up, args=(client, upstream, doomed), daemon=True).start()
-            threading.Thread(target=self._down, args=(upstream, client, doomed),
-                             daemon=True).start()
+            threading.Thread(
+                target=self._down, args=(upstream, client, doomed), daemon=True
+            ).start()
 
     def _up(self, src: socket.socket, dst: socket.socket, doomed: threading.Event) -> None:
         try:

@@ -31,10 +31,14 @@ from .proxy import LossyProxy
 pytestmark = pytest.mark.integration
 
 
-def ts(sidecar: SidecarProcess, ns: str, batch: int | None, part: int = 0,
-       **kw: Any) -> TaskState:
-    return TaskState(LocalContext(part, batch_id=batch), component="c", namespace=ns,
-                     sidecar=sidecar.target, **kw)
+def ts(sidecar: SidecarProcess, ns: str, batch: int | None, part: int = 0, **kw: Any) -> TaskState:
+    return TaskState(
+        LocalContext(part, batch_id=batch),
+        component="c",
+        namespace=ns,
+        sidecar=sidecar.target,
+        **kw,
+    )
 
 
 def data_of(r: RedisServer, ns: str, part: int = 0) -> dict[bytes, bytes]:
@@ -186,8 +190,12 @@ def test_bad_component_is_refused_and_redis_untouched(
 ) -> None:
     keys_before = sorted(redis_server.client().keys("*"))
     with pytest.raises(ConfigError) as info:
-        TaskState(LocalContext(0, batch_id=0), component=component, namespace=namespace,
-                  sidecar=sidecar.target)
+        TaskState(
+            LocalContext(0, batch_id=0),
+            component=component,
+            namespace=namespace,
+            sidecar=sidecar.target,
+        )
     assert "component" in str(info.value)
     assert sorted(redis_server.client().keys("*")) == keys_before
 
@@ -210,8 +218,12 @@ def test_sidecar_itself_refuses_bad_task_ids(
         stub = pb_grpc.TaskStateServiceStub(ch)
         for call, req in (
             (stub.Open, pb.OpenRequest(task=task, batch=1)),
-            (stub.Commit, pb.CommitRequest(task=task, epoch=1, batch=1,
-                                           upserts=[pb.Entry(key="k", value=b"1")])),
+            (
+                stub.Commit,
+                pb.CommitRequest(
+                    task=task, epoch=1, batch=1, upserts=[pb.Entry(key="k", value=b"1")]
+                ),
+            ),
         ):
             with pytest.raises(grpc.RpcError) as info:
                 call(req, timeout=10)
@@ -231,16 +243,18 @@ def test_non_json_value_is_refused_before_sending(
             s["when"] = {"t": time}  # a module is not JSON
         assert "'when'" in str(info.value) and "module" in str(info.value)
     after = snapshot(redis_server, namespace)
-    assert after[f"ts:{{{namespace}/c/0}}:data".encode()] == before[
-        f"ts:{{{namespace}/c/0}}:data".encode()
-    ]
+    assert (
+        after[f"ts:{{{namespace}/c/0}}:data".encode()]
+        == before[f"ts:{{{namespace}/c/0}}:data".encode()]
+    )
 
 
 def test_message_over_the_sidecar_limit_is_a_clear_error_and_redis_untouched(
     redis_server: RedisServer, tmp_path: Path, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    side = SidecarProcess(redis_server.url, tmp_path / "s.sock",
-                          extra=["--max-message-bytes", str(1 << 20)]).start()
+    side = SidecarProcess(
+        redis_server.url, tmp_path / "s.sock", extra=["--max-message-bytes", str(1 << 20)]
+    ).start()
     try:
         with ts(side, namespace, None) as s:
             s["small"] = 1
@@ -252,9 +266,10 @@ def test_message_over_the_sidecar_limit_is_a_clear_error_and_redis_untouched(
         assert committed_snapshot(redis_server, namespace) == before
         # the client's own limit refuses before sending
         monkeypatch.setenv("TASKSTATE_MAX_MESSAGE_BYTES", str(1 << 20))
-        with pytest.raises(LimitError, match="'big'.*TASKSTATE_MAX_MESSAGE_BYTES"), ts(
-            side, namespace, None
-        ) as s:
+        with (
+            pytest.raises(LimitError, match="'big'.*TASKSTATE_MAX_MESSAGE_BYTES"),
+            ts(side, namespace, None) as s,
+        ):
             s["big"] = "x" * (3 << 20)
         assert committed_snapshot(redis_server, namespace) == before
     finally:
@@ -267,8 +282,7 @@ def test_sigterm_drains_an_in_flight_commit_and_exits_zero(
     side = SidecarProcess(redis_server.url, tmp_path / "s.sock").start()
     slept: list[object] = []
     blocker = threading.Thread(
-        target=lambda: slept.append(
-            redis_server.client().execute_command("DEBUG", "SLEEP", "1.5"))
+        target=lambda: slept.append(redis_server.client().execute_command("DEBUG", "SLEEP", "1.5"))
     )
     errors: list[BaseException] = []
     with ts(side, namespace, 0, part=1) as s:  # warm up: scripts loaded, channel made
@@ -313,40 +327,58 @@ def test_health_reflection_and_ready_line(sidecar: SidecarProcess) -> None:
         )
         assert h.status == health_pb2.HealthCheckResponse.SERVING
         refl = reflection_pb2_grpc.ServerReflectionStub(ch)
-        replies = list(refl.ServerReflectionInfo(
-            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5))
+        replies = list(
+            refl.ServerReflectionInfo(
+                iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=5
+            )
+        )
         names = {s.name for s in replies[0].list_services_response.service}
         assert "taskstate.v1.TaskStateService" in names and "grpc.health.v1.Health" in names
 
 
-def test_describe_list_drop(redis_server: RedisServer, sidecar: SidecarProcess,
-                            namespace: str) -> None:
+def test_describe_list_drop(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
+) -> None:
     for p in range(3):
         with ts(sidecar, namespace, 4, part=p) as s:
             s["p"] = p
     with grpc.insecure_channel(f"unix:{sidecar.socket}") as ch:
         stub = pb_grpc.TaskStateServiceStub(ch)
-        info = stub.Describe(pb.DescribeRequest(task=pb.TaskId(namespace=namespace,
-                                                                component="c", partition=1)))
+        info = stub.Describe(
+            pb.DescribeRequest(task=pb.TaskId(namespace=namespace, component="c", partition=1))
+        )
         assert info.exists and info.committed_batch == 4 and info.size == 1
         listed = stub.List(pb.ListRequest(namespace=namespace))
         assert [t.task.partition for t in listed.tasks] == [0, 1, 2]
         dropped = stub.Drop(pb.DropRequest(namespace=namespace, component="c", partition=1))
         assert dropped.tasks_dropped == 1
-        assert [t.task.partition for t in stub.List(pb.ListRequest(namespace=namespace)).tasks
-                ] == [0, 2]
+        assert [t.task.partition for t in stub.List(pb.ListRequest(namespace=namespace)).tasks] == [
+            0,
+            2,
+        ]
         assert stub.Drop(pb.DropRequest(namespace=namespace)).tasks_dropped == 2
     assert snapshot(redis_server, namespace) == {}
 
 
-def test_python_m_entry_point_and_bad_listen_address(redis_server: RedisServer,
-                                                     tmp_path: Path) -> None:
+def test_python_m_entry_point_and_bad_listen_address(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
     import subprocess
     import sys
 
     r = subprocess.run(
-        [sys.executable, "-m", "taskstate.sidecar", "--redis-url", redis_server.url,
-         "--listen", "unix://relative.sock"],
-        capture_output=True, text=True, timeout=60, check=False,
+        [
+            sys.executable,
+            "-m",
+            "taskstate.sidecar",
+            "--redis-url",
+            redis_server.url,
+            "--listen",
+            "unix://relative.sock",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert r.returncode == 2 and "absolute path" in r.stderr

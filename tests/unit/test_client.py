@@ -25,18 +25,21 @@ from taskstate.sidecar.storage.base import TaskKey
 from taskstate.testing import FakeSidecar
 
 
-def open_state(fake: FakeSidecar, ns: str, batch: int | None, part: int = 0,
-               **kw: Any) -> TaskState:
-    return TaskState(LocalContext(part, batch_id=batch), component="c", namespace=ns,
-                     sidecar=fake.target, **kw)
+def open_state(
+    fake: FakeSidecar, ns: str, batch: int | None, part: int = 0, **kw: Any
+) -> TaskState:
+    return TaskState(
+        LocalContext(part, batch_id=batch), component="c", namespace=ns, sidecar=fake.target, **kw
+    )
 
 
 def stored(fake: FakeSidecar, ns: str, part: int = 0) -> dict[str, bytes]:
     return dict(fake.storage.tasks[TaskKey(ns, "c", part)].data)
 
 
-def test_commit_on_exit_and_restore_in_a_new_process_view(fake: FakeSidecar,
-                                                           namespace: str) -> None:
+def test_commit_on_exit_and_restore_in_a_new_process_view(
+    fake: FakeSidecar, namespace: str
+) -> None:
     with open_state(fake, namespace, 0) as s:
         s["a"] = 1
         s["b"] = {"x": [1, 2]}
@@ -106,8 +109,9 @@ def test_exception_inside_with_commits_nothing_and_next_enter_sees_committed(
         assert dict(s) == {"a": {"n": 1}}
 
 
-def test_replay_rolls_back_and_a_different_replay_commits(fake: FakeSidecar,
-                                                          namespace: str) -> None:
+def test_replay_rolls_back_and_a_different_replay_commits(
+    fake: FakeSidecar, namespace: str
+) -> None:
     with open_state(fake, namespace, 6) as s:
         s.update({"keep": 1, "change": 1, "drop": 1})
     after6 = stored(fake, namespace)
@@ -137,8 +141,9 @@ def test_group_scoped_blocks_share_one_claim_and_a_replay_undoes_all(
         assert s.info.rolled_back and dict(s) == {}
 
 
-def test_fencing_older_attempt_commit_raises_and_writes_nothing(fake: FakeSidecar,
-                                                                namespace: str) -> None:
+def test_fencing_older_attempt_commit_raises_and_writes_nothing(
+    fake: FakeSidecar, namespace: str
+) -> None:
     a = open_state(fake, namespace, 1)
     a.__enter__()
     a["who"] = "A"
@@ -197,9 +202,10 @@ def test_oversized_value_is_a_limit_error_and_nothing_is_written(namespace: str)
         with FakeSidecar(max_message_bytes=1 << 20) as fake:
             with open_state(fake, namespace, 0) as s:
                 s["small"] = 1
-            with pytest.raises(LimitError, match="TASKSTATE_MAX_MESSAGE_BYTES"), open_state(
-                fake, namespace, 1
-            ) as s:
+            with (
+                pytest.raises(LimitError, match="TASKSTATE_MAX_MESSAGE_BYTES"),
+                open_state(fake, namespace, 1) as s,
+            ):
                 s["big"] = "x" * (2 << 20)
             assert stored(fake, namespace) == {"small": b"1"}
     finally:
@@ -217,9 +223,10 @@ def test_large_streaming_commit_is_split_and_a_replay_still_undoes_all(namespace
             with open_state(fake, namespace, 0) as s:
                 assert s.info.rolled_back and len(s) == 0
             # a batch job cannot split atomically: it is told what to do instead
-            with pytest.raises(LimitError, match="Commit more often"), open_state(
-                fake, namespace, None, part=1
-            ) as s:
+            with (
+                pytest.raises(LimitError, match="Commit more often"),
+                open_state(fake, namespace, None, part=1) as s,
+            ):
                 for i in range(3000):
                     s[f"k{i}"] = "v" * 200
     finally:
@@ -265,20 +272,26 @@ def test_sidecar_errors_arrive_as_taskstate_errors(fake: FakeSidecar, namespace:
     assert "internal error in Open" in str(info.value)
 
 
-def test_unreachable_sidecar_is_a_clear_error(namespace: str, tmp_path: Any,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreachable_sidecar_is_a_clear_error(
+    namespace: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TASKSTATE_TIMEOUT", "0.5")
     monkeypatch.setenv("TASKSTATE_RETRY_DEADLINE", "1")
-    st = TaskState(LocalContext(0, batch_id=0), component="c", namespace=namespace,
-                   sidecar=f"unix://{tmp_path}/none.sock")
+    st = TaskState(
+        LocalContext(0, batch_id=0),
+        component="c",
+        namespace=namespace,
+        sidecar=f"unix://{tmp_path}/none.sock",
+    )
     with pytest.raises(SidecarUnavailableError) as info:
         st.__enter__()
     assert "TASKSTATE_SIDECAR" in str(info.value) and isinstance(info.value, ConnectionError)
     pickle.loads(pickle.dumps(info.value))
 
 
-def test_use_outside_the_block_and_double_enter_are_errors(fake: FakeSidecar,
-                                                           namespace: str) -> None:
+def test_use_outside_the_block_and_double_enter_are_errors(
+    fake: FakeSidecar, namespace: str
+) -> None:
     st = open_state(fake, namespace, 0)
     with pytest.raises(Exception, match="not open|inside its"):
         st["a"] = 1

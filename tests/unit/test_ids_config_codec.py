@@ -39,8 +39,12 @@ def test_good_names(good: str) -> None:
 def test_namespace_precedence_argument_env_property() -> None:
     prop = {"taskstate.namespace": "from-prop"}.get
     env = {"TASKSTATE_NAMESPACE": "from-env"}
-    assert TaskStateConfig.resolve(component="c", namespace="arg", env=env,
-                                   local_property=prop).namespace == "arg"
+    assert (
+        TaskStateConfig.resolve(
+            component="c", namespace="arg", env=env, local_property=prop
+        ).namespace
+        == "arg"
+    )
     assert TaskStateConfig.resolve(component="c", env=env, local_property=prop).namespace == (
         "from-env"
     )
@@ -53,8 +57,10 @@ def test_namespace_precedence_argument_env_property() -> None:
 
 def test_sidecar_precedence_and_default() -> None:
     env = {"TASKSTATE_SIDECAR": "unix:///env.sock"}
-    assert TaskStateConfig.resolve(component="c", namespace="n", sidecar="tcp://h:1",
-                                   env=env).sidecar == "tcp://h:1"
+    assert (
+        TaskStateConfig.resolve(component="c", namespace="n", sidecar="tcp://h:1", env=env).sidecar
+        == "tcp://h:1"
+    )
     assert TaskStateConfig.resolve(component="c", namespace="n", env=env).sidecar == (
         "unix:///env.sock"
     )
@@ -71,8 +77,13 @@ def test_sidecar_precedence_and_default() -> None:
 
 @pytest.mark.parametrize(
     ("text", "replicas", "fsynced"),
-    [("applied", 0, False), ("replicated:2", 2, False), ("fsynced", 0, True),
-     ("replicated:1,fsynced", 1, True), ("replicated:1+fsynced", 1, True)],
+    [
+        ("applied", 0, False),
+        ("replicated:2", 2, False),
+        ("fsynced", 0, True),
+        ("replicated:1,fsynced", 1, True),
+        ("replicated:1+fsynced", 1, True),
+    ],
 )
 def test_durability_parse(text: str, replicas: int, fsynced: bool) -> None:
     d = DurabilitySpec.parse(text)

@@ -10,7 +10,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_generated_grpc_stubs_match_the_proto() -> None:
     r = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "gen_protos.py"), "--check"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert r.returncode == 0, r.stderr + r.stdout
 
@@ -26,6 +28,8 @@ def test_check_detects_a_stale_stub(tmp_path: Path) -> None:
     p.write_text(p.read_text().replace("message Entry {", "message Entry {\n  int32 extra = 9;"))
     r = subprocess.run(
         [sys.executable, str(copy / "scripts" / "gen_protos.py"), "--check"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert r.returncode == 1 and "stale" in r.stderr
