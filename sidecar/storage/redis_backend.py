@@ -219,9 +219,7 @@ class RedisStorage:
         await self._check_epoch(task, meta, epoch)
         size = await self._retry.run("restore", lambda: self._redis.hlen(data))
         if size <= min(_HGETALL_MAX, max_fields):
-            items: dict[Any, Any] = await self._retry.run(
-                "restore", lambda: self._hgetall(data)
-            )
+            items: dict[Any, Any] = await self._retry.run("restore", lambda: self._hgetall(data))
             yield [(k.decode(), v) for k, v in items.items()]
         else:
             cursor = 0
