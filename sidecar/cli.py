@@ -42,6 +42,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=10.0,
         help="seconds a Redis call is retried for before the request fails",
     )
+    p.add_argument(
+        "--durability-timeout-ms",
+        type=int,
+        default=5000,
+        help="how long WAIT/WAITAOF may take before a commit fails with DURABILITY",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
@@ -53,6 +59,7 @@ def from_args(ns: argparse.Namespace) -> SidecarConfig:
         max_message_bytes=ns.max_message_bytes,
         drain_seconds=ns.drain_seconds,
         redis_deadline_s=ns.redis_deadline,
+        durability_timeout_ms=ns.durability_timeout_ms,
         log_level=ns.log_level,
     )
 

@@ -40,6 +40,7 @@ class SidecarConfig:
     max_message_bytes: int = 64 << 20
     drain_seconds: float = 30.0
     redis_deadline_s: float = 10.0
+    durability_timeout_ms: int = 5000
     log_level: str = "info"
 
 
@@ -65,7 +66,9 @@ class Sidecar:
     def __init__(self, config: SidecarConfig, storage: Storage | None = None) -> None:
         self.config = config
         self.storage: Storage = storage or RedisStorage(
-            config.redis_url, retry=RetryPolicy(deadline_s=config.redis_deadline_s)
+            config.redis_url,
+            retry=RetryPolicy(deadline_s=config.redis_deadline_s),
+            durability_timeout_ms=config.durability_timeout_ms,
         )
         opts = [
             ("grpc.max_receive_message_length", config.max_message_bytes),

@@ -282,7 +282,7 @@ def test_sigterm_drains_an_in_flight_commit_and_exits_zero(
     side = SidecarProcess(redis_server.url, tmp_path / "s.sock").start()
     slept: list[object] = []
     blocker = threading.Thread(
-        target=lambda: slept.append(redis_server.client().execute_command("DEBUG", "SLEEP", "1.5"))
+        target=lambda: slept.append(redis_server.client().execute_command("DEBUG", "SLEEP", "3"))
     )
     errors: list[BaseException] = []
     with ts(side, namespace, 0, part=1) as s:  # warm up: scripts loaded, channel made
@@ -298,10 +298,10 @@ def test_sigterm_drains_an_in_flight_commit_and_exits_zero(
             errors.append(exc)
 
     blocker.start()
-    time.sleep(0.2)  # Redis is now busy for ~1.3 s
+    time.sleep(0.2)  # Redis is now busy for ~2.8 s
     worker = threading.Thread(target=commit)
     worker.start()
-    time.sleep(0.4)  # the commit is in flight inside the sidecar, waiting for Redis
+    time.sleep(1.0)  # the commit is in flight inside the sidecar, waiting for Redis
     assert side.proc is not None
     side.proc.send_signal(signal.SIGTERM)
     code = side.proc.wait(timeout=30)
