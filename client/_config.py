@@ -16,6 +16,7 @@ ENV_SIDECAR = "TASKSTATE_SIDECAR"
 ENV_TIMEOUT = "TASKSTATE_TIMEOUT"
 ENV_RETRY_DEADLINE = "TASKSTATE_RETRY_DEADLINE"
 ENV_MAX_MESSAGE = "TASKSTATE_MAX_MESSAGE_BYTES"
+ENV_CACHE_TASKS = "TASKSTATE_CACHE_TASKS"
 MODES = ("mirror", "remote")
 CODECS = ("json",)
 
@@ -70,6 +71,19 @@ def _float_env(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
+def _int_env(env: Mapping[str, str], name: str, default: int, *, minimum: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}={raw!r} is not a whole number") from None
+    if value < minimum:
+        raise ConfigError(f"{name}={raw!r} must be at least {minimum}")
+    return value
+
+
 def grpc_target(spec: str) -> str:
     """`unix:///path`, `tcp://host:port` or `host:port` -> a gRPC target string."""
     if spec.startswith("unix://"):
@@ -102,6 +116,7 @@ class TaskStateConfig:
     timeout_s: float = 30.0
     retry_deadline_s: float = 30.0
     max_message_bytes: int = 64 << 20
+    cache_tasks: int = 16
 
     @property
     def target(self) -> str:
@@ -141,11 +156,8 @@ class TaskStateConfig:
         target = sidecar or env.get(ENV_SIDECAR) or local_property("taskstate.sidecar")
         target = target or DEFAULT_SIDECAR
         grpc_target(target)
-        max_msg = env.get(ENV_MAX_MESSAGE)
-        try:
-            max_message = int(max_msg) if max_msg else 64 << 20
-        except ValueError:
-            raise ConfigError(f"{ENV_MAX_MESSAGE}={max_msg!r} is not a number of bytes") from None
+        max_message = _int_env(env, ENV_MAX_MESSAGE, 64 << 20, minimum=1 << 16)
+        cache_tasks = _int_env(env, ENV_CACHE_TASKS, 16, minimum=0)
         return cls(
             namespace=ns,
             component=component,
@@ -156,4 +168,5 @@ class TaskStateConfig:
             timeout_s=_float_env(env, ENV_TIMEOUT, 30.0),
             retry_deadline_s=_float_env(env, ENV_RETRY_DEADLINE, 30.0),
             max_message_bytes=max_message,
+            cache_tasks=cache_tasks,
         )

@@ -81,6 +81,22 @@ class _Session:
 _sessions: dict[str, _Session] = {}
 
 
+def _remember(task_id: str, session: _Session, limit: int) -> None:
+    """Keep `session` as the most recently used, within `limit` cached tasks.
+
+    The oldest idle sessions of other attempts go first (their cached state would only
+    save a Restore). Sessions of the current attempt are never forgotten: forgetting one
+    would make its next block Open again and roll back the attempt's own earlier commits.
+    """
+    _sessions.pop(task_id, None)
+    _sessions[task_id] = session
+    excess = len(_sessions) - max(limit, 1)
+    for key in [
+        k for k, s in _sessions.items() if not s.active and s.attempt_id != session.attempt_id
+    ][: max(excess, 0)]:
+        del _sessions[key]
+
+
 def _is_mutable(value: Any) -> bool:
     return isinstance(value, dict | list)
 
@@ -241,7 +257,7 @@ class TaskState(MutableMapping[str, Any]):
         else:
             session = self._open(prior)
         session.active = True
-        _sessions[self.task_id] = session
+        _remember(self.task_id, session, self.config.cache_tasks)
         self._session = session
         self._data = session.data if session.data is not None else {}
         self.phase = Phase.OPEN

@@ -147,8 +147,9 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
             r = await self.storage.open(
                 task, batch, codec=codec, writer=_writer(request.writer), durability=durability
             )
-            log.info(
-                "task opened",
+            log.log(
+                logging.INFO if r.rolled_back else logging.DEBUG,
+                "task opened (replayed batch rolled back)" if r.rolled_back else "task opened",
                 extra={
                     "task": task.fq,
                     "batch": batch,
@@ -189,7 +190,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                         entries, size = [], 0
                 if entries:
                     yield pb.RestoreChunk(entries=entries)
-            version = await self._version(task)
+            version = await self.storage.version(task)
             yield pb.RestoreChunk(last=True, version=version)
         except SidecarError as exc:
             await self._abort(context, exc)
@@ -198,12 +199,6 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
             await self._abort(
                 context, SidecarError(codes.INTERNAL, f"internal error in Restore: {exc!r}")
             )
-
-    async def _version(self, task: TaskKey) -> str:
-        version = getattr(self.storage, "version", None)
-        if version is not None:
-            return str(await version(task))
-        return (await self.storage.describe(task)).version
 
     async def Commit(  # noqa: D102
         self, request: pb.CommitRequest, context: aio.ServicerContext[Any, Any]

@@ -126,6 +126,10 @@ class Storage(Protocol):
         """Apply one change set atomically (see module docstring)."""
         ...
 
+    async def version(self, task: TaskKey) -> str:
+        """The version token of the task's committed content (`generation:counter`)."""
+        ...
+
     async def get(self, task: TaskKey, epoch: int, keys: Sequence[str]) -> list[bytes | None]:
         """Read keys of the task (remote mode); fenced by epoch."""
         ...

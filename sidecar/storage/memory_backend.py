@@ -151,6 +151,11 @@ class MemoryStorage:
         t.last_writer = writer
         return CommitResult(version=t.version, size=len(t.data))
 
+    async def version(self, task: TaskKey) -> str:
+        """The version token of the task's committed content."""
+        t = self.tasks.get(task)
+        return t.version if t is not None else ""
+
     async def get(self, task: TaskKey, epoch: int, keys: Sequence[str]) -> list[bytes | None]:
         """Read keys (remote mode)."""
         self._fault("get")

@@ -317,3 +317,25 @@ def test_channels_are_recreated_after_fork(fake: FakeSidecar, namespace: str) ->
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     assert stored(fake, namespace, part=1) == {"child": b"2"}
+
+
+def test_process_cache_is_bounded_but_keeps_the_current_attempt(
+    fake: FakeSidecar, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from taskstate.client import _state
+
+    monkeypatch.setenv("TASKSTATE_CACHE_TASKS", "3")
+    _state._sessions.clear()
+    for p in range(6):  # six tasks run one after another in this worker
+        with open_state(fake, namespace, 0, part=p) as s:
+            s["p"] = p
+    assert len(_state._sessions) == 3
+    assert sorted(_state._sessions) == [f"{namespace}/c/{p}" for p in (3, 4, 5)]
+    # one attempt touching many components keeps all its claims (no self-rollback)
+    ctx = LocalContext(0, batch_id=1)
+    for comp in ("a", "b", "c", "d", "e"):
+        with TaskState(ctx, component=comp, namespace=namespace, sidecar=fake.target) as s:
+            s["x"] = 1
+    with TaskState(ctx, component="a", namespace=namespace, sidecar=fake.target) as s:
+        assert s.info.reused_claim and not s.info.rolled_back
+    assert fake.storage.tasks[TaskKey(namespace, "a", 0)].data == {"x": b"1"}
