@@ -62,6 +62,19 @@ def state_ahead(fq: str, stored_batch: object, batch: object) -> SidecarError:
     )
 
 
+def cannot_roll_back(fq: str, batch: object) -> SidecarError:
+    """Spark replays a batch whose rollback record was already used."""
+    return SidecarError(
+        codes.STATE_AHEAD,
+        f"task {fq}: Spark is running batch {batch} again, but the state already holds "
+        f"batch {batch} and its rollback record was used by an earlier replay (only the "
+        "last written batch can be rolled back): the streaming checkpoint is older than "
+        "the state. Nothing was changed. Operator action: restore the checkpoint that "
+        f"belongs to this state, or drop the state (`taskstate drop {fq} --yes`) to start "
+        "over.",
+    )
+
+
 def codec_mismatch(fq: str, stored: str, requested: str) -> SidecarError:
     """The state was written with another codec."""
     return SidecarError(

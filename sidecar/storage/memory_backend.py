@@ -75,15 +75,16 @@ class MemoryStorage:
             raise errors.codec_mismatch(task.fq, t.codec, codec)
         if t is not None and batch is not None and t.batch > batch:
             raise errors.state_ahead(task.fq, t.batch, batch)
+        replay = t is not None and batch is not None and t.batch == batch and batch >= 0
+        if replay and t is not None and t.undo_batch != batch:
+            raise errors.cannot_roll_back(task.fq, batch)
         if t is None:
             t = self.tasks[task] = _Task()
         t.epoch += 1
         t.codec = codec
         t.last_writer = writer
         rolled, n = False, 0
-        if batch is not None and t.batch == batch and batch >= 0:
-            if t.undo_batch != batch:
-                raise errors.corrupt(task.fq, f"no rollback record for batch {batch}")
+        if replay:
             for k, old in t.undo.items():
                 if old is _ABSENT:
                     t.data.pop(k, None)

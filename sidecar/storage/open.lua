@@ -31,7 +31,9 @@ local pos = m[10]
 local rolled, nrolled = 0, 0
 if has_batch and last == batch and last >= 0 then
   if tonumber(m[7] or '-2') ~= batch then
-    return redis.error_reply('TSCORRUPT no rollback record for batch ' .. ARGV[1])
+    -- only the last written batch can be rolled back, and that record was used already:
+    -- the checkpoint is older than the state
+    return redis.error_reply('TSNOUNDO ' .. string.format('%d', last))
   end
   local u = redis.call('HGETALL', undo)
   for i = 1, #u, 2 do

@@ -140,6 +140,8 @@ class RedisStorage:
             return errors.fenced(task.fq, detail)
         if kind == "TSAHEAD":
             return errors.state_ahead(task.fq, detail, batch)
+        if kind == "TSNOUNDO":
+            return errors.cannot_roll_back(task.fq, detail)
         if kind == "TSCODEC":
             return errors.codec_mismatch(task.fq, detail, codec)
         if kind == "TSCORRUPT":

@@ -382,3 +382,22 @@ def test_python_m_entry_point_and_bad_listen_address(
         check=False,
     )
     assert r.returncode == 2 and "absolute path" in r.stderr
+
+
+def test_replaying_a_batch_whose_rollback_record_was_used_is_refused(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
+) -> None:
+    """Batch 1 rolled back once; Spark then asks for batch 0 again (an older checkpoint)."""
+    with ts(sidecar, namespace, 0) as s:
+        s["a"] = 0
+    with ts(sidecar, namespace, 1) as s:
+        s["a"] = 1
+    _state._sessions.clear()
+    with ts(sidecar, namespace, 1) as s:
+        assert s.info.rolled_back
+    _state._sessions.clear()
+    before = committed_snapshot(redis_server, namespace)
+    with pytest.raises(StateAheadError) as info:
+        ts(sidecar, namespace, 0).__enter__()
+    assert "checkpoint is older than the state" in str(info.value)
+    assert committed_snapshot(redis_server, namespace) == before
