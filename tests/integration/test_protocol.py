@@ -401,3 +401,24 @@ def test_replaying_a_batch_whose_rollback_record_was_used_is_refused(
         ts(sidecar, namespace, 0).__enter__()
     assert "checkpoint is older than the state" in str(info.value)
     assert committed_snapshot(redis_server, namespace) == before
+
+
+def test_sidecar_killed_mid_task_and_restarted_commit_lands_once(
+    redis_server: RedisServer, tmp_path: Path, namespace: str
+) -> None:
+    side = SidecarProcess(redis_server.url, tmp_path / "s.sock").start()
+    try:
+        with ts(side, namespace, 1) as s:
+            s["n"] = 1
+        st = ts(side, namespace, 2)
+        st.__enter__()
+        st["n"] = st["n"] + 1
+        side.kill(signal.SIGKILL)  # the sidecar dies while the task is running
+        restarter = threading.Timer(1.5, side.start)
+        restarter.start()
+        st.__exit__(None, None, None)  # waits for the new sidecar, then commits
+        restarter.join()
+        assert data_of(redis_server, namespace) == {b"n": b"2"}
+        assert int(redis_server.client().hget(f"ts:{{{namespace}/c/0}}:meta", "batch")) == 2
+    finally:
+        side.kill()
