@@ -18,7 +18,7 @@ import enum
 import os
 import socket
 from collections.abc import Iterator, MutableMapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from taskstate.proto import taskstate_pb2 as pb
@@ -249,9 +249,7 @@ class TaskState(MutableMapping[str, Any]):
         if same_attempt:
             assert prior is not None  # noqa: S101 - narrowed above
             session = prior
-            session.info = OpenInfo(
-                **{**_asdict(session.info), "reused_claim": True, "restored": False}
-            )
+            session.info = replace(session.info, reused_claim=True, restored=False)
             if self.config.mode == "mirror" and session.data is None:
                 self._restore(session)
         else:
@@ -323,7 +321,7 @@ class TaskState(MutableMapping[str, Any]):
         )
         session.data = data
         session.version = version or session.version
-        session.info = OpenInfo(**{**_asdict(session.info), "restored": True, "size": len(data)})
+        session.info = replace(session.info, restored=True, size=len(data))
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         session = self._session
@@ -515,10 +513,6 @@ class TaskState(MutableMapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"TaskState({self.task_id!r}, mode={self.config.mode!r}, phase={self.phase.value})"
-
-
-def _asdict(info: OpenInfo) -> dict[str, Any]:
-    return {f: getattr(info, f) for f in OpenInfo.__dataclass_fields__}
 
 
 def _split(
