@@ -17,6 +17,9 @@ ENV_TIMEOUT = "TASKSTATE_TIMEOUT"
 ENV_RETRY_DEADLINE = "TASKSTATE_RETRY_DEADLINE"
 ENV_MAX_MESSAGE = "TASKSTATE_MAX_MESSAGE_BYTES"
 ENV_CACHE_TASKS = "TASKSTATE_CACHE_TASKS"
+ENV_RUN_DIR = "TASKSTATE_RUN_DIR"
+DEFAULT_RUN_DIR = "/tmp/taskstate"  # noqa: S108 - the plugin's socket rendezvous
+_found: dict[int, str] = {}  # pid -> plugin sidecar found by this process
 MODES = ("mirror", "remote")
 CODECS = ("json",)
 
@@ -84,6 +87,42 @@ def _int_env(env: Mapping[str, str], name: str, default: int, *, minimum: int) -
     return value
 
 
+def _ancestors(pid: int, depth: int = 6) -> list[int]:
+    """Parent, grandparent, ... of `pid` (Linux /proc), nearest first."""
+    out: list[int] = []
+    for _ in range(depth):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            break
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid <= 1:
+            break
+        out.append(ppid)
+        pid = ppid
+    return out
+
+
+def plugin_sidecar(env: Mapping[str, str]) -> str | None:
+    """The sidecar the executor plugin started for the JVM this worker descends from.
+
+    The plugin (io.taskstate.spark.TaskStatePlugin) listens on
+    `$TASKSTATE_RUN_DIR/jvm-<executor pid>.sock` (default /tmp/taskstate); a Python
+    worker's ancestry leads to that executor JVM (worker -> pyspark daemon -> JVM).
+    """
+    pid = os.getpid()
+    if pid in _found:
+        return _found[pid]
+    run_dir = env.get(ENV_RUN_DIR) or DEFAULT_RUN_DIR
+    for ancestor in _ancestors(pid):
+        path = os.path.join(run_dir, f"jvm-{ancestor}.sock")
+        if os.path.exists(path):
+            _found[pid] = f"unix://{path}"
+            return _found[pid]
+    return None
+
+
 def grpc_target(spec: str) -> str:
     """`unix:///path`, `tcp://host:port` or `host:port` -> a gRPC target string."""
     if spec.startswith("unix://"):
@@ -136,7 +175,11 @@ class TaskStateConfig:
         local_property: Callable[[str], str | None] = lambda _: None,
         env: Mapping[str, str] | None = None,
     ) -> TaskStateConfig:
-        """Apply the precedence argument > environment > Spark local property > default."""
+        """Apply the precedence argument > environment > Spark local property > default.
+
+        For the sidecar, between the local property and the default comes the sidecar
+        that the executor plugin started for this worker's executor.
+        """
         env = os.environ if env is None else env
         ns = namespace or env.get(ENV_NAMESPACE) or local_property("taskstate.namespace")
         if not ns:
@@ -154,7 +197,7 @@ class TaskStateConfig:
         if codec not in CODECS:
             raise ConfigError(f"codec {codec!r} is not one of {', '.join(CODECS)}")
         target = sidecar or env.get(ENV_SIDECAR) or local_property("taskstate.sidecar")
-        target = target or DEFAULT_SIDECAR
+        target = target or plugin_sidecar(env) or DEFAULT_SIDECAR
         grpc_target(target)
         max_message = _int_env(env, ENV_MAX_MESSAGE, 64 << 20, minimum=1 << 16)
         cache_tasks = _int_env(env, ENV_CACHE_TASKS, 16, minimum=0)

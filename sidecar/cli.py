@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -14,8 +15,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The sidecar's options (shared by `taskstate sidecar` and `python -m`)."""
     p.add_argument(
         "--redis-url",
-        required=True,
-        help="redis://[user:password@]HOST:PORT/DB, rediss://..., or unix:///PATH?db=N",
+        default=os.environ.get("TASKSTATE_REDIS_URL"),
+        help="redis://[user:password@]HOST:PORT/DB, rediss://..., or unix:///PATH?db=N "
+        "(default: $TASKSTATE_REDIS_URL, which keeps a password off the command line)",
     )
     p.add_argument(
         "--listen",
@@ -48,6 +50,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=5000,
         help="how long WAIT/WAITAOF may take before a commit fails with DURABILITY",
     )
+    p.add_argument(
+        "--parent-pid",
+        type=int,
+        default=None,
+        help="exit (draining) when this process, normally the executor JVM, is gone",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
@@ -61,6 +69,7 @@ def from_args(ns: argparse.Namespace) -> SidecarConfig:
         redis_deadline_s=ns.redis_deadline,
         durability_timeout_ms=ns.durability_timeout_ms,
         log_level=ns.log_level,
+        parent_pid=ns.parent_pid,
     )
 
 
@@ -69,6 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="taskstate sidecar", description="The taskstate sidecar.")
     add_arguments(p)
     ns = p.parse_args(argv)
+    if not ns.redis_url:
+        p.error("no Redis: pass --redis-url URL or set TASKSTATE_REDIS_URL")
     logs.setup(ns.log_level)
     return run(from_args(ns))
 

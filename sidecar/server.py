@@ -42,6 +42,7 @@ class SidecarConfig:
     redis_deadline_s: float = 10.0
     durability_timeout_ms: int = 5000
     log_level: str = "info"
+    parent_pid: int | None = None
 
 
 def _listen_address(spec: str) -> tuple[str, Path | None]:
@@ -137,15 +138,41 @@ async def serve(config: SidecarConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    watcher = None
+    if config.parent_pid is not None:
+        watcher = asyncio.create_task(_watch_parent(config.parent_pid, stop))
     print(
         f"taskstate sidecar ready: listening on {' '.join(addresses)} pid {os.getpid()}", flush=True
     )
     log.info("sidecar ready", extra={"listen": addresses})
     await stop.wait()
+    if watcher is not None:
+        watcher.cancel()
     log.info("draining", extra={"grace_s": config.drain_seconds})
     await sidecar.stop()
     log.info("sidecar stopped")
     return 0
+
+
+async def _watch_parent(pid: int, stop: asyncio.Event, every_s: float = 0.5) -> None:
+    """Set `stop` once process `pid` is gone (we were re-parented, or it no longer exists).
+
+    A sidecar started by the executor plugin must not outlive a SIGKILLed executor.
+    """
+    while not stop.is_set():
+        gone = os.getppid() != pid
+        if not gone:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                gone = True
+            except PermissionError:
+                pass
+        if gone:
+            log.warning("parent process is gone: stopping", extra={"parent_pid": pid})
+            stop.set()
+            return
+        await asyncio.sleep(every_s)
 
 
 def run(config: SidecarConfig) -> int:

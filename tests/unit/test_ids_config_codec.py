@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pickle
+from typing import Any
 
 import pytest
 
@@ -139,3 +140,27 @@ def test_errors_survive_pickling_between_spark_processes(cls: type[TaskStateErro
     back = pickle.loads(pickle.dumps(err))
     assert type(back) is cls and str(back) == "message for ns/c/1" and back.task == "ns/c/1"
     assert back.code == cls.code and isinstance(back, TaskStateError)
+
+
+def test_plugin_sidecar_is_found_through_the_process_ancestry(tmp_path: Any) -> None:
+    import os
+
+    from taskstate.client import _config
+
+    parent = os.getppid()
+    sock = tmp_path / f"jvm-{parent}.sock"
+    sock.write_text("")  # only its existence matters here
+    _config._found.clear()
+    env = {"TASKSTATE_RUN_DIR": str(tmp_path)}
+    try:
+        assert _config.plugin_sidecar(env) == f"unix://{sock}"
+        resolved = TaskStateConfig.resolve(component="c", namespace="n", env=env)
+        assert resolved.sidecar == f"unix://{sock}"
+        # an explicit setting still wins
+        env2 = {**env, "TASKSTATE_SIDECAR": "unix:///explicit.sock"}
+        assert TaskStateConfig.resolve(component="c", namespace="n", env=env2).sidecar == (
+            "unix:///explicit.sock"
+        )
+    finally:
+        _config._found.clear()
+    assert _config.plugin_sidecar({"TASKSTATE_RUN_DIR": str(tmp_path / "none")}) is None
