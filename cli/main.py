@@ -3,6 +3,7 @@
 - `taskstate sidecar --redis-url URL --listen unix:///PATH`: run the sidecar.
 - `taskstate example [...]`: run the end-to-end Spark example with a private Redis and
   sidecar (needs `taskstate[spark]`).
+- `taskstate spark-package --out DIR`: the plugin jar and py-files zip for spark-submit.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch to a subcommand."""
     args = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="taskstate", description=__doc__)
-    parser.add_argument("command", choices=["sidecar", "example"])
+    parser.add_argument("command", choices=["sidecar", "example", "spark-package"])
     if not args or args[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if args else 2
@@ -29,6 +30,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from taskstate.spark_plugin.example import main as example_main
 
         return example_main(rest)
+    if command == "spark-package":
+        from taskstate.spark_plugin.package import main as package_main
+
+        return package_main(rest)
     parser.parse_args(args[:1])  # prints the usage error and exits 2
     return 2
 

@@ -1,0 +1,158 @@
+"""`taskstate spark-package --out DIR`: what a spark-submit needs to run taskstate.
+
+Writes:
+- `DIR/taskstate-plugin.jar`: the executor plugin, compiled with `javac --release 17`
+  against the jars inside the installed pyspark (no Maven);
+- `DIR/taskstate-pyfiles.zip`: the pure-Python `taskstate` package for `--py-files`;
+- with `--pack-env`, `DIR/taskstate-env.tar.gz`: a packed virtual environment (grpcio
+  and friends are compiled and cannot ride in a zip) for `--archives ...#taskstate-env`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+JAR_NAME = "taskstate-plugin.jar"
+ZIP_NAME = "taskstate-pyfiles.zip"
+ENV_NAME = "taskstate-env.tar.gz"
+PLUGIN_CLASS = "io.taskstate.spark.TaskStatePlugin"
+SUBPACKAGES = ("client", "sidecar", "proto", "spark_plugin", "cli", "testing")
+
+
+class PackageError(RuntimeError):
+    """A packaging step could not run; the message says what to install."""
+
+
+def _pyspark_jars() -> Path:
+    try:
+        import pyspark
+    except ImportError:
+        raise PackageError("pyspark is not installed: pip install 'taskstate[spark]'") from None
+    jars = Path(pyspark.__file__).parent / "jars"
+    if not jars.is_dir():
+        raise PackageError(f"no jars/ folder inside pyspark at {jars.parent}")
+    return jars
+
+
+def _java_source() -> Path:
+    src = resources.files("taskstate.spark_plugin").joinpath(
+        "java/io/taskstate/spark/TaskStatePlugin.java"
+    )
+    return Path(str(src))
+
+
+def build_jar(out_dir: Path) -> Path:
+    """Compile the plugin against pyspark's jars and write DIR/taskstate-plugin.jar."""
+    javac, jar = shutil.which("javac"), shutil.which("jar")
+    if javac is None or jar is None:
+        raise PackageError(
+            "javac and jar are needed to build the plugin: install a JDK 17 "
+            "(Debian: apt-get install openjdk-17-jdk-headless)"
+        )
+    out = out_dir / JAR_NAME
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [
+            javac,
+            "--release",
+            "17",
+            "-cp",
+            f"{_pyspark_jars()}/*",
+            "-d",
+            tmp,
+            str(_java_source()),
+        ]
+        r = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
+        if r.returncode != 0:
+            raise PackageError(f"javac failed:\n{r.stderr}")
+        r = subprocess.run(  # noqa: S603 - our own jar command
+            [jar, "cf", str(out), "-C", tmp, "."], capture_output=True, text=True, check=False
+        )
+        if r.returncode != 0:
+            raise PackageError(f"jar failed:\n{r.stderr}")
+    return out
+
+
+def build_pyfiles(out_dir: Path) -> Path:
+    """Zip the pure-Python taskstate package (as `taskstate/...`) for --py-files."""
+    out = out_dir / ZIP_NAME
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for sub in SUBPACKAGES:
+            root = Path(str(resources.files(f"taskstate.{sub}")))
+            for path in sorted(root.rglob("*")):
+                rel = path.relative_to(root)
+                if path.is_dir() or "__pycache__" in rel.parts or path.suffix in (".pyc",):
+                    continue
+                if rel.parts[0] == "java":
+                    continue
+                z.write(path, f"taskstate/{sub}/{rel.as_posix()}")
+    return out
+
+
+def pack_env(out_dir: Path) -> Path:
+    """Pack the current virtual environment with venv-pack (relocatable)."""
+    try:
+        import venv_pack  # type: ignore[import-not-found]
+    except ImportError:
+        raise PackageError(
+            "--pack-env needs venv-pack in this environment: pip install venv-pack"
+        ) from None
+    out = out_dir / ENV_NAME
+    venv_pack.pack(output=str(out), force=True)
+    return out
+
+
+def submit_flags(out_dir: Path, redis_url: str, env: Path | None) -> list[str]:
+    """The spark-submit flags that use what was written."""
+    flags = [
+        f"--jars {out_dir / JAR_NAME}",
+        f"--py-files {out_dir / ZIP_NAME}",
+        f"--conf spark.plugins={PLUGIN_CLASS}",
+        f"--conf spark.taskstate.redisUrl={redis_url}",
+    ]
+    if env is not None:
+        flags += [
+            f"--archives {env}#taskstate-env",
+            "--conf spark.pyspark.python=./taskstate-env/bin/python",
+            "--conf spark.taskstate.python=./taskstate-env/bin/python",
+        ]
+    return flags
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Build the plugin jar, the py-files zip and (optionally) a packed environment."""
+    p = argparse.ArgumentParser(prog="taskstate spark-package", description=__doc__)
+    p.add_argument("--out", required=True, help="directory to write into")
+    p.add_argument(
+        "--pack-env",
+        action="store_true",
+        help="also pack this virtual environment (needs venv-pack)",
+    )
+    p.add_argument(
+        "--redis-url",
+        default="redis://REDIS-HOST:6379/0",
+        help="only used to print the spark-submit flags",
+    )
+    ns = p.parse_args(argv)
+    out_dir = Path(ns.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        jar = build_jar(out_dir)
+        print(f"wrote {jar}")
+        pyfiles = build_pyfiles(out_dir)
+        print(f"wrote {pyfiles}")
+        env = pack_env(out_dir) if ns.pack_env else None
+        if env is not None:
+            print(f"wrote {env}")
+    except PackageError as exc:
+        print(f"taskstate spark-package: {exc}", file=sys.stderr)
+        return 1
+    print("\nspark-submit flags:\n  " + " \\\n  ".join(submit_flags(out_dir, ns.redis_url, env)))
+    return 0
