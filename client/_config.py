@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from taskstate.proto import ids
 
+from ._context import NAMESPACE_PROPERTY, SIDECAR_PROPERTY
 from ._errors import ConfigError
 
 DEFAULT_SIDECAR = "unix:///tmp/taskstate/sidecar.sock"
@@ -181,7 +182,7 @@ class TaskStateConfig:
         that the executor plugin started for this worker's executor.
         """
         env = os.environ if env is None else env
-        ns = namespace or env.get(ENV_NAMESPACE) or local_property("taskstate.namespace")
+        ns = namespace or env.get(ENV_NAMESPACE) or local_property(NAMESPACE_PROPERTY)
         if not ns:
             raise ConfigError(
                 f"no namespace for component {component!r}: pass namespace=... or set "
@@ -196,7 +197,7 @@ class TaskStateConfig:
             raise ConfigError(f"mode {mode!r} is not one of {', '.join(MODES)}")
         if codec not in CODECS:
             raise ConfigError(f"codec {codec!r} is not one of {', '.join(CODECS)}")
-        target = sidecar or env.get(ENV_SIDECAR) or local_property("taskstate.sidecar")
+        target = sidecar or env.get(ENV_SIDECAR) or local_property(SIDECAR_PROPERTY)
         target = target or plugin_sidecar(env) or DEFAULT_SIDECAR
         grpc_target(target)
         max_message = _int_env(env, ENV_MAX_MESSAGE, 64 << 20, minimum=1 << 16)

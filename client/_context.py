@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from ._errors import ConfigError
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
+BATCH_ID_OVERRIDE = "taskstate.batchId"  # set by spark_plugin.with_batch_id (foreachBatch)
 NAMESPACE_PROPERTY = "taskstate.namespace"
 SIDECAR_PROPERTY = "taskstate.sidecar"
 
@@ -59,6 +60,8 @@ class LocalContext:
 
     def getLocalProperty(self, key: str) -> str | None:  # noqa: N802
         """Spark local properties; the batch id under `streaming.sql.batchId`."""
+        if key == BATCH_ID_OVERRIDE:
+            return self.properties.get(key)
         if key == BATCH_ID_PROPERTY:
             return None if self.batch_id is None else str(self.batch_id)
         return self.properties.get(key)
@@ -105,7 +108,9 @@ def identity(ctx: Any) -> TaskIdentity:
         partition = int(ctx.partitionId())
         attempt = int(ctx.attemptNumber())
         attempt_id = int(ctx.taskAttemptId())
-        raw_batch = ctx.getLocalProperty(BATCH_ID_PROPERTY)
+        raw_batch = ctx.getLocalProperty(BATCH_ID_OVERRIDE) or ctx.getLocalProperty(
+            BATCH_ID_PROPERTY
+        )
     except AttributeError as exc:
         raise ConfigError(
             f"ctx {ctx!r} is not a task context: pass pyspark.TaskContext.get() or "

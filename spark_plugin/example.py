@@ -28,264 +28,19 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-COMPONENT = "running-totals"
-SOURCE_NAME = "taskstate_example_events"
-EVENT_SCHEMA = "event_id long, key string, value long"
-OUT_SCHEMA = "batch long, part int, event_id long, key string, count long, total long"
-
-
-# -- the replayable source -----------------------------------------------------------
-
-
-def key_of(i: int, keys: int) -> str:
-    """A deterministic, skewed key for event i."""
-    h = (i * 2654435761) % (1 << 32)
-    return f"k{min(h % keys, (h >> 8) % keys):03d}"
-
-
-def value_of(i: int) -> int:
-    """A deterministic value for event i."""
-    return (i * 7) % 13 + 1
-
-
-def register_source(spark: Any) -> None:
-    """Register the example's Python streaming data source with a SparkSession."""
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-
-    class RangePartition(InputPartition):
-        def __init__(self, start: int, end: int) -> None:
-            self.start, self.end = start, end
-
-    class EventReader(DataSourceStreamReader):
-        def __init__(self, options: Any) -> None:
-            self.per_batch = int(options.get("events_per_batch", "200"))
-            self.total = self.per_batch * int(options.get("batches", "6"))
-            self.keys = int(options.get("keys", "40"))
-
-        def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's name
-            return {"offset": 0}
-
-        def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:  # noqa: N802
-            return {"offset": min(start["offset"] + self.per_batch, self.total)}
-
-        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Any]:
-            a, b = start["offset"], end["offset"]
-            mid = (a + b) // 2
-            return [RangePartition(a, mid), RangePartition(mid, b)]
-
-        def read(self, partition: Any) -> Iterator[tuple[int, str, int]]:
-            for i in range(partition.start, partition.end):
-                yield (i, key_of(i, self.keys), value_of(i))
-
-        def commit(self, end: dict[str, int]) -> None:
-            pass
-
-    class EventSource(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return SOURCE_NAME
-
-        def schema(self) -> str:
-            return EVENT_SCHEMA
-
-        def streamReader(self, schema: Any) -> EventReader:  # noqa: N802 - Spark's name
-            return EventReader(self.options)
-
-    spark.dataSource.register(EventSource)
-
-
-# -- the stateful step -----------------------------------------------------------------
-
-_PLAIN: dict[tuple[str, int], dict[str, Any]] = {}  # the "plain dict" state, per worker
-
-
-@dataclass(frozen=True)
-class JobOptions:
-    """What one run of the query does (pickled to the Python workers)."""
-
-    namespace: str
-    sidecar: str
-    state: str = "taskstate"  # or "dict"
-    kill_worker_at: int = -1
-    pause_at: int = -1
-    fault_dir: str = ""
-
-
-def apply_events(s: Any, pdf: Any, batch: int, part: int) -> list[tuple[Any, ...]]:
-    """Update running totals in `s` (a TaskState or a dict) and return output rows."""
-    rows = []
-    for event_id, key, value in zip(pdf["event_id"], pdf["key"], pdf["value"], strict=True):
-        st = s.get(key) or {"count": 0, "total": 0}
-        st["count"] += 1
-        st["total"] += int(value)
-        s[key] = st
-        rows.append((batch, part, int(event_id), key, st["count"], st["total"]))
-    return rows
-
-
-def make_update(opts: JobOptions) -> Any:
-    """The mapInPandas function for these options."""
-
-    def update(frames: Iterator[Any]) -> Iterator[Any]:
-        import pandas as pd
-        from pyspark import TaskContext
-
-        from taskstate.client import TaskState
-
-        ctx = TaskContext.get()
-        assert ctx is not None, "runs inside a Spark task"  # noqa: S101
-        batch = int(ctx.getLocalProperty("streaming.sql.batchId") or -1)
-        part = ctx.partitionId()
-        parts = [f for f in frames if len(f)]
-        pdf = (
-            pd.concat(parts) if parts else pd.DataFrame({"event_id": [], "key": [], "value": []})
-        ).sort_values("event_id")
-        if opts.state == "taskstate":
-            with TaskState(
-                ctx, component=COMPONENT, namespace=opts.namespace, sidecar=opts.sidecar
-            ) as s:
-                rows = apply_events(s, pdf, batch, part)
-        else:
-            plain = _PLAIN.setdefault((opts.namespace, part), {})
-            rows = apply_events(plain, pdf, batch, part)
-        _maybe_fault(opts, batch, part)
-        yield pd.DataFrame(rows, columns=["batch", "part", "event_id", "key", "count", "total"])
-
-    return update
-
-
-def _once(opts: JobOptions, name: str) -> bool:
-    """True the first time `name` is asked for in this run (a marker file records it)."""
-    marker = Path(opts.fault_dir) / name
-    try:
-        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return False
-    os.close(fd)
-    return True
-
-
-def _maybe_fault(opts: JobOptions, batch: int, part: int) -> None:
-    if part != 0 or not opts.fault_dir:
-        return
-    if batch == opts.kill_worker_at and _once(opts, "worker-killed"):
-        os.kill(os.getpid(), signal.SIGKILL)  # after the commit, before Spark has the output
-    if batch == opts.pause_at and _once(opts, "paused"):
-        time.sleep(3600)  # the driver of the test kills the whole query now
-
-
-# -- one run of the query (a child process) ----------------------------------------------
-
-
-def spark_session(master: str) -> Any:
-    """A small local SparkSession for the example."""
-    from pyspark.sql import SparkSession
-
-    return (
-        SparkSession.builder.master(master)
-        .appName("taskstate-example")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.python.worker.reuse", "true")
-        .getOrCreate()
-    )
-
-
-def run_query(args: argparse.Namespace) -> int:
-    """Run the query until `batches` micro-batches are committed in its checkpoint."""
-    opts = JobOptions(
-        namespace=args.namespace,
-        sidecar=args.sidecar,
-        state=args.state,
-        kill_worker_at=args.kill_worker_at,
-        pause_at=args.pause_at,
-        fault_dir=args.fault_dir,
-    )
-    spark = spark_session(args.master)
-    spark.sparkContext.setLogLevel("ERROR")
-    register_source(spark)
-    events = (
-        spark.readStream.format(SOURCE_NAME)
-        .option("events_per_batch", str(args.events_per_batch))
-        .option("batches", str(args.batches))
-        .option("keys", str(args.keys))
-        .load()
-    )
-    out = events.repartition(args.partitions, "key").mapInPandas(make_update(opts), OUT_SCHEMA)
-    query = (
-        out.writeStream.format("json")
-        .option("path", args.out)
-        .option("checkpointLocation", args.checkpoint)
-        .outputMode("append")
-        .start()
-    )
-    last = Path(args.checkpoint) / "commits" / str(args.batches - 1)
-    try:
-        while not last.exists():
-            if query.exception() is not None:
-                print(f"query failed: {query.exception()}", file=sys.stderr)
-                return 1
-            time.sleep(0.2)
-    finally:
-        query.stop()
-        spark.stop()
-    return 0
-
-
-def read_output(out_dir: str | Path) -> list[tuple[Any, ...]]:
-    """Rows the file sink committed (per its _spark_metadata log), sorted."""
-    meta = Path(out_dir) / "_spark_metadata"
-    files: set[str] = set()
-    for log in sorted(meta.iterdir()) if meta.exists() else []:
-        if log.name.startswith("."):
-            continue
-        for line in log.read_text().splitlines()[1:]:
-            entry = json.loads(line)
-            if entry.get("action", "add") == "add":
-                files.add(entry["path"])
-    rows = []
-    for f in files:
-        path = Path(f.removeprefix("file://"))
-        for line in path.read_text().splitlines():
-            r = json.loads(line)
-            rows.append((r["batch"], r["part"], r["event_id"], r["key"], r["count"], r["total"]))
-    return sorted(rows)
-
-
-def read_state(redis_url: str, namespace: str, partitions: int) -> dict[str, Any]:
-    """The committed state of every partition, read straight from Redis."""
-    import orjson
-    import redis
-
-    client = redis.Redis.from_url(redis_url)
-    state: dict[str, Any] = {}
-    for p in range(partitions):
-        data = client.hgetall(f"ts:{{{namespace}/{COMPONENT}/{p}}}:data")
-        state.update({_text(k): orjson.loads(v) for k, v in data.items()})
-    client.close()
-    return state
-
-
-def _text(v: bytes | str) -> str:
-    return v.decode() if isinstance(v, bytes) else v
-
-
-def expected_state(batches: int, events_per_batch: int, keys: int) -> dict[str, Any]:
-    """What the state must be after all batches, computed without Spark."""
-    state: dict[str, dict[str, int]] = {}
-    for i in range(batches * events_per_batch):
-        st = state.setdefault(key_of(i, keys), {"count": 0, "total": 0})
-        st["count"] += 1
-        st["total"] += value_of(i)
-    return state
-
+from .jobs import (
+    APIS,
+    expected_state,
+    read_output,
+    read_state,
+    run_query,
+    state_from_rows,
+)
 
 # -- the orchestrator (`taskstate example`) ------------------------------------------------
 
@@ -317,6 +72,7 @@ class Runner:
         self.sidecar = sidecar
         self.args = ns
         self.children: list[subprocess.Popen[bytes]] = []
+        self.killed_executors: list[int] = []
 
     def env(self) -> dict[str, str]:
         """Environment for a query process."""
@@ -375,6 +131,15 @@ class Runner:
             log = (self.workdir / name / "query.log").read_text(errors="replace")[-4000:]
             raise RuntimeError(f"run {name!r} exited with {code}; its log ends with:\n{log}")
 
+    def _wait_for_pause(self, proc: subprocess.Popen[bytes], name: str) -> None:
+        marker = self.workdir / name / "faults" / "paused"
+        deadline = time.monotonic() + 600
+        while not marker.exists() or not (marker.parent / "executor-pid").exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                self.wait(proc, name)
+                raise RuntimeError(f"run {name!r} ended before the fault batch")
+            time.sleep(0.1)
+
     def kill_all(self) -> None:
         """SIGKILL every query process group still alive."""
         for p in self.children:
@@ -395,16 +160,29 @@ class Runner:
             self.wait(self.start(name, state, ["--kill-worker-at", k]), name)
         elif faults == "restart":
             proc = self.start(name, state, ["--pause-at", k])
-            marker = self.workdir / name / "faults" / "paused"
-            deadline = time.monotonic() + 600
-            while not marker.exists():
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    self.wait(proc, name)
-                    raise RuntimeError(f"run {name!r} ended before batch {k}")
-                time.sleep(0.1)
+            self._wait_for_pause(proc, name)
             os.killpg(proc.pid, signal.SIGKILL)  # driver, executors, workers: all at once
             proc.wait()
             self.wait(self.start(name, state), name)  # same checkpoint, same state
+        elif faults == "executor":
+            if not self.args.plugin_jar:
+                raise ValueError("the executor fault needs --plugin-jar (taskstate spark-package)")
+            extra = [
+                "--pause-at",
+                k,
+                "--master",
+                "local-cluster[2,1,1024]",
+                "--plugin-jar",
+                self.args.plugin_jar,
+                "--redis-url",
+                self.redis_url,
+            ]
+            proc = self.start(name, state, extra)
+            self._wait_for_pause(proc, name)
+            pid = int((self.workdir / name / "faults" / "executor-pid").read_text())
+            os.kill(pid, signal.SIGKILL)  # the executor JVM running partition 0 of batch k
+            self.killed_executors.append(pid)
+            self.wait(proc, name)
         else:
             raise ValueError(faults)
         return time.monotonic() - t0
@@ -457,7 +235,7 @@ def orchestrate(ns: argparse.Namespace) -> int:
             if state == "taskstate":
                 final = read_state(redis_url, f"{ns.namespace_prefix}-{name}", ns.partitions)
             else:
-                final = _state_from_rows(rows)
+                final = state_from_rows(rows)
             if name == "golden":
                 golden_rows, golden_state = rows, final
             results.append(
@@ -494,14 +272,6 @@ def orchestrate(ns: argparse.Namespace) -> int:
             redis_server.stop()
 
 
-def _state_from_rows(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
-    """The final totals per key as the output shows them (for the plain-dict run)."""
-    state: dict[str, Any] = {}
-    for _, _, _, key, count, total in sorted(rows, key=lambda r: r[2]):
-        state[key] = {"count": count, "total": total}
-    return state
-
-
 def _print_tables(results: list[RunResult], golden: dict[str, Any], truth: dict[str, Any]) -> None:
     top = sorted(golden.items(), key=lambda kv: (-kv[1]["total"], kv[0]))[:5]
     print("\ntop keys (golden):")
@@ -526,6 +296,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, default=4)
     p.add_argument("--fault-batch", type=int, default=3, help="the batch in which faults strike")
     p.add_argument("--master", default="local[2,4]", help="Spark master (retries enabled)")
+    p.add_argument(
+        "--api", default="mapInPandas", choices=APIS, help="which Spark API runs the stateful step"
+    )
+    p.add_argument(
+        "--plugin-jar",
+        default="",
+        help="the executor plugin jar (taskstate spark-package): enables the "
+        "executor-kill fault, run under local-cluster[2,1,1024]",
+    )
     p.add_argument("--redis-url", help="use this Redis instead of a private redis-server")
     p.add_argument("--out", help="work directory (default: a new temp directory)")
     p.add_argument(

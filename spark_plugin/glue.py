@@ -1,0 +1,103 @@
+"""Driver-side setup and helpers for the Spark APIs that run TaskState in tasks.
+
+- `configure(spark, namespace=..., sidecar=...)`: what tasks need, set once on the driver.
+- `with_batch_id(fn)`: wrap a foreachBatch function so its tasks see its batch id.
+- `resume(items, state, every=N)`: skip what a batch task already checkpointed.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+from taskstate.client import ConfigError, TaskState
+from taskstate.client._config import grpc_target
+from taskstate.client._context import BATCH_ID_OVERRIDE, NAMESPACE_PROPERTY, SIDECAR_PROPERTY
+from taskstate.proto import ids
+
+T = TypeVar("T")
+
+
+def configure(spark: Any, *, namespace: str, sidecar: str | None = None) -> None:
+    """Set the namespace (and optionally the sidecar address) for every task of `spark`.
+
+    Sets Spark local properties, which tasks read through their TaskContext. Local
+    properties belong to the calling thread and are inherited by the threads it starts,
+    so call this before `writeStream.start()` (or before the batch actions), in the same
+    thread.
+
+    Refuses speculative execution (`spark.speculation=true`): a speculative copy of a
+    stateful task that opens the task and is then killed would leave the batch rolled
+    back while Spark keeps the other copy's output.
+    """
+    problem = ids.name_problem("namespace", namespace)
+    if problem:
+        raise ConfigError(problem)
+    if sidecar is not None:
+        grpc_target(sidecar)
+    conf = spark.sparkContext.getConf()
+    if conf.get("spark.speculation", "false").strip().lower() == "true":
+        raise ConfigError(
+            "spark.speculation=true runs two copies of a task at once; for a stateful task "
+            "the copy Spark abandons can leave its batch rolled back. Operator action: set "
+            "spark.speculation=false for jobs that use taskstate."
+        )
+    sc = spark.sparkContext
+    sc.setLocalProperty(NAMESPACE_PROPERTY, namespace)
+    if sidecar is not None:
+        sc.setLocalProperty(SIDECAR_PROPERTY, sidecar)
+
+
+def with_batch_id(fn: Callable[[Any, int], T]) -> Callable[[Any, int], T]:
+    """Wrap a `foreachBatch` function so the tasks it starts commit under `batch_id`.
+
+    Spark passes the micro-batch id to a foreachBatch function explicitly; this puts it
+    in the `taskstate.batchId` local property for the jobs the function runs, so a
+    replayed batch (same id after a restart) rolls back before it is applied again.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(df: Any, batch_id: int) -> T:
+        sc = df.sparkSession.sparkContext
+        previous = sc.getLocalProperty(BATCH_ID_OVERRIDE)
+        sc.setLocalProperty(BATCH_ID_OVERRIDE, str(int(batch_id)))
+        try:
+            return fn(df, batch_id)
+        finally:
+            sc.setLocalProperty(BATCH_ID_OVERRIDE, previous)
+
+    return wrapper
+
+
+def resume(items: Iterable[T], state: TaskState, *, every: int = 1000) -> Iterator[T]:
+    """Yield the items a batch task has not checkpointed yet, checkpointing as it goes.
+
+    The position is the number of items already processed: a retried attempt skips that
+    many and continues *after* them. Every `every` items (after the caller has handled
+    the item) the state is committed with the new position, so work is redone only back
+    to the last checkpoint.
+
+    Needs a deterministic input order: the retried attempt must see the same items in
+    the same order. Spark gives that for a partition read from files or a fixed
+    collection, and after a sort within partitions; not after a shuffle without a sort
+    (the order of rows within a shuffled partition depends on fetch order).
+
+    Skipped items produce no output in the retried attempt: keep the results in the
+    state (emit them after the loop), as an aggregation does.
+    """
+    if every < 1:
+        raise ConfigError(f"every={every}: checkpoint at least every 1 item")
+    done = state.position or 0
+    if not isinstance(done, int) or done < 0:
+        raise ConfigError(
+            f"task {state.task_id}: stored position {done!r} is not a count of items; it was "
+            "not written by resume()",
+            state.task_id,
+        )
+    for i, item in enumerate(items):
+        if i < done:
+            continue
+        yield item
+        if (i + 1) % every == 0:
+            state.commit(position=i + 1)

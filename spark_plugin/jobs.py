@@ -1,0 +1,523 @@
+"""Running totals per key, the same logic through each Spark API, with fault injection.
+
+Used by `taskstate example` and by the e2e tests. A deterministic, replayable Python
+streaming source emits events (event_id, key, value); the stateful step keeps per key a
+running `count` and `total` in `TaskState` (or in a plain dict, to show what is lost)
+and emits every event with the totals after it.
+
+APIs (`--api`):
+- `mapInPandas`: `repartition(P, key).mapInPandas(...)` to a file sink;
+- `applyInPandasWithState`: one `with TaskState` block per group, to a file sink;
+- `transformWithStateInPandas`, `transformWithState`: a `TaskStateProcessor`;
+- `foreachBatch-mapPartitions`: `foreachBatch` + `rdd.mapPartitions`, output per batch;
+- `foreachBatch-foreachPartition`: `foreachBatch` + `foreachPartition`, whose tasks write
+  their rows themselves (one file per partition, replaced by a retry).
+
+Faults strike in partition 0 of batch k, right after that task's commit: `worker` kills
+the Python worker; `pause` makes it sleep so the test can kill the whole query or, with
+the executor's pid in a marker file, the executor JVM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+COMPONENT = "running-totals"
+SOURCE_NAME = "taskstate_example_events"
+EVENT_SCHEMA = "event_id long, key string, value long"
+OUT_COLUMNS = ["batch", "part", "event_id", "key", "count", "total"]
+OUT_SCHEMA = "batch long, part int, event_id long, key string, count long, total long"
+APIS = (
+    "mapInPandas",
+    "applyInPandasWithState",
+    "transformWithStateInPandas",
+    "transformWithState",
+    "foreachBatch-mapPartitions",
+    "foreachBatch-foreachPartition",
+)
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+# -- the replayable source -----------------------------------------------------------
+
+
+def key_of(i: int, keys: int) -> str:
+    """A deterministic, skewed key for event i."""
+    h = (i * 2654435761) % (1 << 32)
+    return f"k{min(h % keys, (h >> 8) % keys):03d}"
+
+
+def value_of(i: int) -> int:
+    """A deterministic value for event i."""
+    return (i * 7) % 13 + 1
+
+
+def register_source(spark: Any) -> None:
+    """Register the replayable Python streaming data source with a SparkSession."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+    class RangePartition(InputPartition):
+        def __init__(self, start: int, end: int) -> None:
+            self.start, self.end = start, end
+
+    class EventReader(DataSourceStreamReader):
+        def __init__(self, options: Any) -> None:
+            self.per_batch = int(options.get("events_per_batch", "200"))
+            self.total = self.per_batch * int(options.get("batches", "6"))
+            self.keys = int(options.get("keys", "40"))
+
+        def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's name
+            return {"offset": 0}
+
+        def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:  # noqa: N802
+            return {"offset": min(start["offset"] + self.per_batch, self.total)}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Any]:
+            a, b = start["offset"], end["offset"]
+            mid = (a + b) // 2
+            return [RangePartition(a, mid), RangePartition(mid, b)]
+
+        def read(self, partition: Any) -> Iterator[tuple[int, str, int]]:
+            for i in range(partition.start, partition.end):
+                yield (i, key_of(i, self.keys), value_of(i))
+
+        def commit(self, end: dict[str, int]) -> None:
+            pass
+
+    class EventSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return SOURCE_NAME
+
+        def schema(self) -> str:
+            return EVENT_SCHEMA
+
+        def streamReader(self, schema: Any) -> EventReader:  # noqa: N802 - Spark's name
+            return EventReader(self.options)
+
+    spark.dataSource.register(EventSource)
+
+
+# -- the stateful logic and faults ------------------------------------------------------
+
+_PLAIN: dict[tuple[str, int], dict[str, Any]] = {}  # the "plain dict" state, per worker
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """What one run of the query does (pickled to the Python workers)."""
+
+    namespace: str
+    sidecar: str | None
+    state: str = "taskstate"  # or "dict"
+    kill_worker_at: int = -1
+    pause_at: int = -1
+    fault_dir: str = ""
+
+    def open(self, ctx: Any, part: int) -> Any:
+        """The state for this task: a TaskState (entered) or the worker's plain dict."""
+        if self.state == "dict":
+            return _PLAIN.setdefault((self.namespace, part), {})
+        from taskstate.client import TaskState
+
+        return TaskState(
+            ctx, component=COMPONENT, namespace=self.namespace, sidecar=self.sidecar
+        ).__enter__()
+
+
+def close(s: Any) -> None:
+    """Commit a TaskState opened by JobOptions.open (a plain dict needs nothing)."""
+    if not isinstance(s, dict):
+        s.__exit__(None, None, None)
+
+
+def task_info() -> tuple[Any, int, int]:
+    """(TaskContext, batch id, partition id) of the running task."""
+    from pyspark import TaskContext
+
+    from taskstate.client._context import identity
+
+    ctx = TaskContext.get()
+    assert ctx is not None, "runs inside a Spark task"  # noqa: S101
+    ident = identity(ctx)
+    return ctx, -1 if ident.batch is None else ident.batch, ident.partition
+
+
+def apply_events(
+    s: Any, events: list[tuple[int, str, int]], batch: int, part: int
+) -> list[tuple[Any, ...]]:
+    """Update running totals in `s` (a TaskState or a dict); return output rows."""
+    rows = []
+    for event_id, key, value in sorted(events):
+        st = s.get(key) or {"count": 0, "total": 0}
+        st["count"] += 1
+        st["total"] += int(value)
+        s[key] = st
+        rows.append((batch, part, int(event_id), key, st["count"], st["total"]))
+    return rows
+
+
+def _once(opts: JobOptions, name: str) -> bool:
+    """True the first time `name` is asked for in this run (a marker file records it)."""
+    try:
+        fd = os.open(Path(opts.fault_dir) / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
+def _executor_pid() -> int | None:
+    """The executor JVM this worker descends from."""
+    from taskstate.client._config import _ancestors
+
+    for pid in _ancestors(os.getpid()):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "java":
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+def maybe_fault(opts: JobOptions, batch: int, part: int) -> None:
+    """Strike the configured fault in partition 0 of the chosen batch (once per run)."""
+    if part != 0 or not opts.fault_dir:
+        return
+    if batch == opts.kill_worker_at and _once(opts, "worker-killed"):
+        os.kill(os.getpid(), signal.SIGKILL)  # after the commit, before Spark has the output
+    if batch == opts.pause_at and _once(opts, "paused"):
+        (Path(opts.fault_dir) / "executor-pid").write_text(str(_executor_pid() or ""))
+        time.sleep(3600)  # the test kills the query or the executor now
+
+
+# -- the APIs ---------------------------------------------------------------------------
+
+
+def map_in_pandas_fn(opts: JobOptions) -> Any:
+    """mapInPandas: one state block per task."""
+
+    def update(frames: Iterator[Any]) -> Iterator[Any]:
+        import pandas as pd
+
+        ctx, batch, part = task_info()
+        events = [
+            e
+            for f in frames
+            for e in f[["event_id", "key", "value"]].itertuples(index=False, name=None)
+        ]
+        s = opts.open(ctx, part)
+        rows = apply_events(s, events, batch, part)
+        close(s)
+        maybe_fault(opts, batch, part)
+        yield pd.DataFrame(rows, columns=OUT_COLUMNS)
+
+    return update
+
+
+def apply_in_pandas_with_state_fn(opts: JobOptions) -> Any:
+    """applyInPandasWithState: one block (one commit) per group, sharing the task's claim."""
+
+    def per_group(key: tuple[Any, ...], frames: Iterator[Any], _gs: Any) -> Iterator[Any]:
+        import pandas as pd
+
+        ctx, batch, part = task_info()
+        events = [
+            e
+            for f in frames
+            for e in f[["event_id", "key", "value"]].itertuples(index=False, name=None)
+        ]
+        s = opts.open(ctx, part)
+        rows = apply_events(s, events, batch, part)
+        close(s)
+        maybe_fault(opts, batch, part)
+        yield pd.DataFrame(rows, columns=OUT_COLUMNS)
+
+    return per_group
+
+
+def processor_class(opts: JobOptions, pandas: bool) -> Any:
+    """A TaskStateProcessor (or, for the plain-dict run, a dict-backed twin)."""
+    from pyspark.sql import Row
+
+    from taskstate.spark_plugin.processor import TaskStateProcessor
+
+    class Totals(TaskStateProcessor):
+        component = COMPONENT
+        namespace = opts.namespace
+        sidecar = opts.sidecar
+
+        def init(self, handle: Any) -> None:
+            if opts.state == "dict":
+                self.state = None
+                _, _, part = task_info() if _in_task() else (None, -1, -1)
+                self.plain = _PLAIN.setdefault((opts.namespace, part), {})
+            else:
+                super().init(handle)
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:  # noqa: N802, N803
+            _, batch, part = task_info()
+            s = self.plain if opts.state == "dict" else self.state
+            if pandas:
+                events = [
+                    e
+                    for f in rows
+                    for e in f[["event_id", "key", "value"]].itertuples(index=False, name=None)
+                ]
+            else:
+                events = [(r.event_id, r.key, r.value) for r in rows]
+            out = apply_events(s, events, batch, part)
+            if pandas:
+                import pandas as pd
+
+                yield pd.DataFrame(out, columns=OUT_COLUMNS)
+            else:
+                for r in out:
+                    yield Row(**dict(zip(OUT_COLUMNS, r, strict=True)))
+
+        def close(self) -> None:
+            was_open = self.state is not None
+            super().close()
+            if (was_open or opts.state == "dict") and _in_task():
+                _, batch, part = task_info()
+                maybe_fault(opts, batch, part)
+
+    return Totals
+
+
+def _in_task() -> bool:
+    from pyspark import TaskContext
+
+    return TaskContext.get() is not None
+
+
+def rows_fn(opts: JobOptions) -> Any:
+    """rdd.mapPartitions / foreachPartition inside foreachBatch (Row iterators)."""
+
+    def update(rows: Iterator[Any]) -> Iterator[tuple[Any, ...]]:
+        ctx, batch, part = task_info()
+        events = [(r.event_id, r.key, r.value) for r in rows]
+        s = opts.open(ctx, part)
+        out = apply_events(s, events, batch, part)
+        close(s)
+        maybe_fault(opts, batch, part)
+        yield from out
+
+    return update
+
+
+def _write_side_output(target: Path, rows: Iterator[tuple[Any, ...]]) -> None:
+    """Write a foreachPartition task's rows itself (it has no output).
+
+    One file per partition, replaced by a retry, so the write is idempotent.
+    """
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    part = ctx.partitionId() if ctx is not None else 0
+    lines = [json.dumps(dict(zip(OUT_COLUMNS, r, strict=True))) for r in rows]
+    tmp = target / f".part-{part:05d}.json.tmp"
+    tmp.write_text("".join(line + "\n" for line in lines))
+    tmp.replace(target / f"part-{part:05d}.json")
+
+
+def build_query(spark: Any, events: Any, opts: JobOptions, args: argparse.Namespace) -> Any:
+    """A started streaming query for `args.api`."""
+    api = args.api
+    out, checkpoint, parts = args.out, args.checkpoint, args.partitions
+
+    def to_files(df: Any) -> Any:
+        return (
+            df.writeStream.format("json")
+            .option("path", out)
+            .option("checkpointLocation", checkpoint)
+            .outputMode("append")
+            .start()
+        )
+
+    if api == "mapInPandas":
+        return to_files(
+            events.repartition(parts, "key").mapInPandas(map_in_pandas_fn(opts), OUT_SCHEMA)
+        )
+    if api == "applyInPandasWithState":
+        from pyspark.sql.streaming.state import GroupStateTimeout
+
+        return to_files(
+            events.groupBy("key").applyInPandasWithState(
+                apply_in_pandas_with_state_fn(opts),
+                OUT_SCHEMA,
+                "unused int",
+                "append",
+                GroupStateTimeout.NoTimeout,
+            )
+        )
+    if api in ("transformWithStateInPandas", "transformWithState"):
+        pandas = api == "transformWithStateInPandas"
+        grouped = events.groupBy("key")
+        method = grouped.transformWithStateInPandas if pandas else grouped.transformWithState
+        return to_files(
+            method(
+                statefulProcessor=processor_class(opts, pandas)(),
+                outputStructType=OUT_SCHEMA,
+                outputMode="Append",
+                timeMode="None",
+            )
+        )
+    if api.startswith("foreachBatch-"):
+        from taskstate.spark_plugin import with_batch_id
+
+        update = rows_fn(opts)
+
+        @with_batch_id
+        def each(df: Any, batch_id: int) -> None:
+            rdd = df.repartition(parts, "key").rdd
+            target = Path(out) / f"batch={batch_id}"
+            if api == "foreachBatch-foreachPartition":
+                target.mkdir(parents=True, exist_ok=True)
+                rdd.foreachPartition(lambda rows: _write_side_output(target, update(rows)))
+                (target / "_SUCCESS").write_text("")
+                return
+            result = rdd.mapPartitions(update)
+            df.sparkSession.createDataFrame(result, OUT_SCHEMA).write.mode("overwrite").json(
+                str(target)
+            )
+
+        return (
+            events.writeStream.foreachBatch(each).option("checkpointLocation", checkpoint).start()
+        )
+    raise ValueError(f"unknown api {api!r}; choose one of {', '.join(APIS)}")
+
+
+# -- one run of the query (a child process) ----------------------------------------------
+
+
+def spark_session(args: argparse.Namespace) -> Any:
+    """The SparkSession for one run (local[N,F], or local-cluster with the plugin)."""
+    from pyspark.sql import SparkSession
+
+    b = (
+        SparkSession.builder.master(args.master)
+        .appName(f"taskstate-{args.api}")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(args.partitions))
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+        .config("spark.task.maxFailures", "4")
+    )
+    if args.plugin_jar:
+        b = (
+            b.config("spark.jars", args.plugin_jar)
+            .config("spark.plugins", "io.taskstate.spark.TaskStatePlugin")
+            .config("spark.taskstate.redisUrl", args.redis_url)
+            .config("spark.taskstate.python", sys.executable)
+            .config("spark.executor.memory", "768m")
+        )
+    return b.getOrCreate()
+
+
+def run_query(args: argparse.Namespace) -> int:
+    """Run the query until `batches` micro-batches are committed in its checkpoint."""
+    opts = JobOptions(
+        namespace=args.namespace,
+        sidecar=args.sidecar,
+        state=args.state,
+        kill_worker_at=args.kill_worker_at,
+        pause_at=args.pause_at,
+        fault_dir=args.fault_dir,
+    )
+    spark = spark_session(args)
+    spark.sparkContext.setLogLevel("ERROR")
+    register_source(spark)
+    events = (
+        spark.readStream.format(SOURCE_NAME)
+        .option("events_per_batch", str(args.events_per_batch))
+        .option("batches", str(args.batches))
+        .option("keys", str(args.keys))
+        .load()
+    )
+    query = build_query(spark, events, opts, args)
+    last = Path(args.checkpoint) / "commits" / str(args.batches - 1)
+    try:
+        while not last.exists():
+            if query.exception() is not None:
+                print(f"query failed: {query.exception()}", file=sys.stderr)
+                return 1
+            time.sleep(0.2)
+    finally:
+        query.stop()
+        spark.stop()
+    return 0
+
+
+# -- reading the results -------------------------------------------------------------------
+
+
+def read_output(out_dir: str | Path) -> list[tuple[Any, ...]]:
+    """Rows the run committed, sorted: the file sink's log, or foreachBatch's batch dirs."""
+    out = Path(out_dir)
+    files: set[Path] = set()
+    meta = out / "_spark_metadata"
+    if meta.exists():
+        for log in sorted(meta.iterdir()):
+            if log.name.startswith("."):
+                continue
+            for line in log.read_text().splitlines()[1:]:
+                entry = json.loads(line)
+                if entry.get("action", "add") == "add":
+                    files.add(Path(entry["path"].removeprefix("file://")))
+    elif out.exists():
+        for batch_dir in out.glob("batch=*"):
+            if (batch_dir / "_SUCCESS").exists():
+                files.update(batch_dir.glob("part-*.json"))
+    rows = []
+    for path in files:
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            rows.append(tuple(r[c] for c in OUT_COLUMNS))
+    return sorted(rows)
+
+
+def read_state(redis_url: str, namespace: str, partitions: int) -> dict[str, Any]:
+    """The committed state of every partition, read straight from Redis."""
+    import orjson
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    state: dict[str, Any] = {}
+    for p in range(partitions):
+        data = client.hgetall(f"ts:{{{namespace}/{COMPONENT}/{p}}}:data")
+        state.update({_text(k): orjson.loads(v) for k, v in data.items()})
+    client.close()
+    return state
+
+
+def _text(v: bytes | str) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def expected_state(batches: int, events_per_batch: int, keys: int) -> dict[str, Any]:
+    """What the state must be after all batches, computed without Spark."""
+    state: dict[str, dict[str, int]] = {}
+    for i in range(batches * events_per_batch):
+        st = state.setdefault(key_of(i, keys), {"count": 0, "total": 0})
+        st["count"] += 1
+        st["total"] += value_of(i)
+    return state
+
+
+def state_from_rows(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
+    """The final totals per key as the output shows them (for the plain-dict run)."""
+    state: dict[str, Any] = {}
+    for _, _, _, key, count, total in sorted(rows, key=lambda r: r[2]):
+        state[key] = {"count": count, "total": total}
+    return state

@@ -1,0 +1,58 @@
+"""A StatefulProcessor base for transformWithStateInPandas / transformWithState.
+
+    class Totals(TaskStateProcessor):
+        component = "totals"
+
+        def handleInputRows(self, key, rows, timerValues):
+            for pdf in rows:
+                ...  # read and write self.state, a TaskState
+            yield result
+
+`init` restores (Open + Restore, once per task) and `close` commits. Spark also calls
+`init` and `close` on the driver to collect schemas; there is no task there, so nothing
+is opened. An exception in the task skips `close`: nothing is committed and the retried
+task rolls the batch back.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from pyspark import TaskContext
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
+
+from taskstate.client import TaskState
+
+
+class TaskStateProcessor(StatefulProcessor):
+    """Subclass it, set `component` (and optionally `namespace`, `sidecar`, `mode`)."""
+
+    component: ClassVar[str]
+    namespace: ClassVar[str | None] = None
+    sidecar: ClassVar[str | None] = None
+    mode: ClassVar[str] = "mirror"
+    durability: ClassVar[str] = "applied"
+
+    state: TaskState | Any
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        """Open the task's state (on executors only); override and call super().init."""
+        self.handle = handle
+        self.state = None
+        ctx = TaskContext.get()
+        if ctx is None:  # the driver's schema pass
+            return
+        self.state = TaskState(
+            ctx,
+            component=self.component,
+            namespace=self.namespace,
+            sidecar=self.sidecar,
+            mode=self.mode,
+            durability=self.durability,
+        ).__enter__()
+
+    def close(self) -> None:
+        """Commit what changed; override and call super().close."""
+        state, self.state = self.state, None
+        if state is not None:
+            state.__exit__(None, None, None)

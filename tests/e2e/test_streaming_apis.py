@@ -1,0 +1,162 @@
+"""Every Spark API with TaskState, golden and under real faults; results must equal golden.
+
+For each API: (a) the Python worker SIGKILLed right after its commit in batch k, (b) the
+executor JVM running that task SIGKILLed under local-cluster[2,1,1024] with the
+plugin-started sidecars, (c) the whole query SIGKILLed and restarted from its checkpoint.
+The plain-dict twin of the job under fault (a) diverges: proof that the checks can fail.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from taskstate.spark_plugin.example import Runner, build_parser
+from taskstate.spark_plugin.jobs import (
+    APIS,
+    COMPONENT,
+    expected_state,
+    read_output,
+    read_state,
+    state_from_rows,
+)
+from taskstate.spark_plugin.package import build_jar
+from taskstate.testing import RedisServer, SidecarProcess
+
+pytestmark = pytest.mark.e2e
+
+BATCHES, PER_BATCH, KEYS, PARTS, FAULT_BATCH = 4, 150, 24, 4, 2
+SCENARIOS = (
+    ("golden", "taskstate", "none"),
+    ("worker", "taskstate", "worker"),
+    ("executor", "taskstate", "executor"),
+    ("restart", "taskstate", "restart"),
+    ("dict-worker", "dict", "worker"),
+)
+
+
+@pytest.fixture(scope="session")
+def plugin_jar(spark_ready: None, tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(build_jar(tmp_path_factory.mktemp("jar")))
+
+
+@pytest.fixture(scope="module", params=APIS)
+def runs(
+    request: pytest.FixtureRequest,
+    spark_ready: None,
+    redis_server: RedisServer,
+    sidecar: SidecarProcess,
+    plugin_jar: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, Any]:
+    """Run every scenario of one API once; the tests check one property each."""
+    api = request.param
+    workdir = tmp_path_factory.mktemp(api)
+    ns = build_parser().parse_args(
+        [
+            "--api",
+            api,
+            "--batches",
+            str(BATCHES),
+            "--events-per-batch",
+            str(PER_BATCH),
+            "--keys",
+            str(KEYS),
+            "--partitions",
+            str(PARTS),
+            "--fault-batch",
+            str(FAULT_BATCH),
+            "--namespace-prefix",
+            f"e2e-{uuid.uuid4().hex[:6]}",
+            "--plugin-jar",
+            plugin_jar,
+        ]
+    )
+    runner = Runner(workdir, redis_server.url, sidecar.target, ns)
+    out: dict[str, Any] = {"api": api, "workdir": workdir, "prefix": ns.namespace_prefix}
+    try:
+        for name, state, faults in SCENARIOS:
+            runner.run(name, state, faults)
+            rows = read_output(workdir / name / "out")
+            final = (
+                read_state(redis_server.url, f"{ns.namespace_prefix}-{name}", PARTS)
+                if state == "taskstate"
+                else state_from_rows(rows)
+            )
+            out[name] = {"rows": rows, "state": final}
+    finally:
+        runner.kill_all()
+    out["killed_executors"] = runner.killed_executors
+    return out
+
+
+def _rollbacks(r: RedisServer, namespace: str) -> int:
+    c: redis.Redis = r.client()
+    return sum(
+        int(c.hget(f"ts:{{{namespace}/{COMPONENT}/{p}}}:meta", "rollbacks") or 0)
+        for p in range(PARTS)
+    )
+
+
+def _check_equal_golden(runs: dict[str, Any], name: str, r: RedisServer, marker: str) -> None:
+    workdir: Path = runs["workdir"]
+    assert (workdir / name / "faults" / marker).exists(), "the fault did not strike"
+    # the fault came after the batch's commit, so the retry had to roll it back first
+    assert _rollbacks(r, f"{runs['prefix']}-{name}") >= 1
+    assert runs[name]["rows"] == runs["golden"]["rows"]
+    assert runs[name]["state"] == runs["golden"]["state"]
+
+
+def test_golden_equals_totals_computed_without_spark(runs: dict[str, Any]) -> None:
+    assert runs["golden"]["state"] == expected_state(BATCHES, PER_BATCH, KEYS)
+    assert len(runs["golden"]["rows"]) == BATCHES * PER_BATCH
+    assert state_from_rows(runs["golden"]["rows"]) == runs["golden"]["state"]
+
+
+def test_worker_sigkilled_after_commit_equals_golden(
+    runs: dict[str, Any], redis_server: RedisServer
+) -> None:
+    _check_equal_golden(runs, "worker", redis_server, "worker-killed")
+
+
+def test_executor_jvm_sigkilled_with_plugin_sidecars_equals_golden(
+    runs: dict[str, Any], redis_server: RedisServer
+) -> None:
+    _check_equal_golden(runs, "executor", redis_server, "paused")
+    assert runs["killed_executors"], "no executor was killed"
+
+
+def test_no_sidecar_of_a_killed_executor_remains(runs: dict[str, Any]) -> None:
+    deadline = time.monotonic() + 10
+    for pid in runs["killed_executors"]:
+        while True:
+            left = [p for p in os.listdir("/proc") if p.isdigit() and _is_sidecar_of(p, pid)]
+            if not left or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert left == [], f"sidecars of killed executor {pid} still run: {left}"
+
+
+def _is_sidecar_of(proc: str, executor_pid: int) -> bool:
+    try:
+        args = Path(f"/proc/{proc}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"taskstate.sidecar" in args and str(executor_pid).encode() in args
+
+
+def test_query_killed_and_restarted_from_checkpoint_equals_golden(
+    runs: dict[str, Any], redis_server: RedisServer
+) -> None:
+    _check_equal_golden(runs, "restart", redis_server, "paused")
+
+
+def test_the_same_job_with_a_plain_dict_diverges(runs: dict[str, Any]) -> None:
+    assert (runs["workdir"] / "dict-worker" / "faults" / "worker-killed").exists()
+    assert runs["dict-worker"]["rows"] != runs["golden"]["rows"]
