@@ -11,7 +11,7 @@ from taskstate.proto import ids
 from ._context import NAMESPACE_PROPERTY, SIDECAR_PROPERTY
 from ._errors import ConfigError
 
-DEFAULT_SIDECAR = "unix:///tmp/taskstate/sidecar.sock"
+DEFAULT_SIDECAR = "unix:///tmp/taskstate-run/sidecar.sock"
 ENV_NAMESPACE = "TASKSTATE_NAMESPACE"
 ENV_SIDECAR = "TASKSTATE_SIDECAR"
 ENV_TIMEOUT = "TASKSTATE_TIMEOUT"
@@ -19,7 +19,7 @@ ENV_RETRY_DEADLINE = "TASKSTATE_RETRY_DEADLINE"
 ENV_MAX_MESSAGE = "TASKSTATE_MAX_MESSAGE_BYTES"
 ENV_CACHE_TASKS = "TASKSTATE_CACHE_TASKS"
 ENV_RUN_DIR = "TASKSTATE_RUN_DIR"
-DEFAULT_RUN_DIR = "/tmp/taskstate"  # noqa: S108 - the plugin's socket rendezvous
+DEFAULT_RUN_DIR = "/tmp/taskstate-run"  # noqa: S108 - the plugin's socket rendezvous
 _found: dict[int, str] = {}  # pid -> plugin sidecar found by this process
 MODES = ("mirror", "remote")
 CODECS = ("json",)
@@ -109,7 +109,7 @@ def plugin_sidecar(env: Mapping[str, str]) -> str | None:
     """The sidecar the executor plugin started for the JVM this worker descends from.
 
     The plugin (io.taskstate.spark.TaskStatePlugin) listens on
-    `$TASKSTATE_RUN_DIR/jvm-<executor pid>.sock` (default /tmp/taskstate); a Python
+    `$TASKSTATE_RUN_DIR/jvm-<executor pid>.sock` (default /tmp/taskstate-run); a Python
     worker's ancestry leads to that executor JVM (worker -> pyspark daemon -> JVM).
     """
     pid = os.getpid()

@@ -120,7 +120,7 @@ class TaskState(MutableMapping[str, Any]):
         namespace: the job's stable name; else `TASKSTATE_NAMESPACE`; else the value set
             by `taskstate.spark_plugin.configure`; else ConfigError.
         sidecar: `unix:///PATH` or `tcp://HOST:PORT`; else `TASKSTATE_SIDECAR`; else
-            `unix:///tmp/taskstate/sidecar.sock`.
+            `unix:///tmp/taskstate-run/sidecar.sock`.
         mode: `mirror` (state in task memory, double-written) or `remote` (reads go
             through the sidecar).
         durability: `applied`, `replicated:N`, `fsynced` or `replicated:N,fsynced`.

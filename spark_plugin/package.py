@@ -84,6 +84,8 @@ def build_pyfiles(out_dir: Path) -> Path:
     """Zip the pure-Python taskstate package (as `taskstate/...`) for --py-files."""
     out = out_dir / ZIP_NAME
     with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        # zipimport does not find namespace packages: inside the zip, taskstate is regular
+        z.writestr("taskstate/__init__.py", '"""taskstate, from taskstate-pyfiles.zip."""\n')
         for sub in SUBPACKAGES:
             root = Path(str(resources.files(f"taskstate.{sub}")))
             for path in sorted(root.rglob("*")):

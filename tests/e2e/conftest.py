@@ -44,3 +44,11 @@ def sidecar(
 ) -> Iterator[SidecarProcess]:
     with SidecarProcess(redis_server.url, tmp_path_factory.mktemp("sc") / "s.sock") as s:
         yield s
+
+
+@pytest.fixture(scope="session")
+def plugin_jar(spark_ready: None, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The executor plugin, built with javac against pyspark's jars."""
+    from taskstate.spark_plugin.package import build_jar
+
+    return str(build_jar(tmp_path_factory.mktemp("jar")))

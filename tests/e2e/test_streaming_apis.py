@@ -26,7 +26,6 @@ from taskstate.spark_plugin.jobs import (
     read_state,
     state_from_rows,
 )
-from taskstate.spark_plugin.package import build_jar
 from taskstate.testing import RedisServer, SidecarProcess
 
 pytestmark = pytest.mark.e2e
@@ -39,11 +38,6 @@ SCENARIOS = (
     ("restart", "taskstate", "restart"),
     ("dict-worker", "dict", "worker"),
 )
-
-
-@pytest.fixture(scope="session")
-def plugin_jar(spark_ready: None, tmp_path_factory: pytest.TempPathFactory) -> str:
-    return str(build_jar(tmp_path_factory.mktemp("jar")))
 
 
 @pytest.fixture(scope="module", params=APIS)

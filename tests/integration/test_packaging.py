@@ -3,6 +3,7 @@ install of this checkout), with the Lua scripts and the generated stubs inside."
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +11,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _tracked_copy(dest: Path) -> Path:
+    """The checkout's tracked files only (setuptools writes build/ into its source)."""
+    files = subprocess.run(
+        ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    for name in files:
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
 def test_pip_install_dot_works_from_another_directory(tmp_path: Path) -> None:
     target = tmp_path / "site"
+    source = _tracked_copy(tmp_path / "src")
     r = subprocess.run(
         [
             sys.executable,
@@ -23,7 +36,7 @@ def test_pip_install_dot_works_from_another_directory(tmp_path: Path) -> None:
             "--no-build-isolation",
             "--target",
             str(target),
-            str(ROOT),
+            str(source),
         ],
         capture_output=True,
         text=True,
@@ -34,6 +47,7 @@ def test_pip_install_dot_works_from_another_directory(tmp_path: Path) -> None:
     assert (target / "taskstate" / "sidecar" / "storage" / "commit.lua").exists()
     assert (target / "taskstate" / "proto" / "taskstate_pb2.pyi").exists()
     assert not (target / "taskstate" / "__init__.py").exists()  # a namespace package
+    assert not (ROOT / "build").exists()
     code = (
         "import taskstate.client as c, taskstate.sidecar.storage.redis_backend as rb, "
         "taskstate.proto.taskstate_pb2_grpc, taskstate.cli.main;"

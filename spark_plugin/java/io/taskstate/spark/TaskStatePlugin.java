@@ -36,7 +36,7 @@ import org.slf4j.LoggerFactory;
  * <p>Settings: {@code spark.taskstate.redisUrl} (required; passed to the sidecar in its
  * environment, never on its command line), {@code spark.taskstate.python} (default:
  * PYSPARK_PYTHON, then spark.pyspark.python, then python3), {@code spark.taskstate.runDir}
- * (default: TASKSTATE_RUN_DIR, then /tmp/taskstate), {@code spark.taskstate.sidecar.extraArgs}
+ * (default: TASKSTATE_RUN_DIR, then /tmp/taskstate-run), {@code spark.taskstate.sidecar.extraArgs}
  * (space separated), {@code spark.taskstate.startTimeoutSeconds} (default 60).
  */
 public class TaskStatePlugin implements SparkPlugin {
@@ -63,6 +63,7 @@ public class TaskStatePlugin implements SparkPlugin {
     private Path socket;
     private Path logFile;
     private long startTimeoutSeconds;
+    private String pythonPath;
 
     static String setting(SparkConf conf, String key, String env, String fallback) {
       if (conf.contains(key)) {
@@ -84,7 +85,7 @@ public class TaskStatePlugin implements SparkPlugin {
       String python = setting(conf, "spark.taskstate.python", "PYSPARK_PYTHON",
           conf.get("spark.pyspark.python", "python3"));
       Path runDir = Paths.get(setting(conf, "spark.taskstate.runDir", "TASKSTATE_RUN_DIR",
-          "/tmp/taskstate"));
+          "/tmp/taskstate-run"));
       startTimeoutSeconds = Long.parseLong(conf.get("spark.taskstate.startTimeoutSeconds", "60"));
       long pid = ProcessHandle.current().pid();
       socket = runDir.resolve("jvm-" + pid + ".sock");
@@ -92,6 +93,7 @@ public class TaskStatePlugin implements SparkPlugin {
       command = new ArrayList<>();
       Collections.addAll(command, python, "-m", "taskstate.sidecar", "--listen",
           "unix://" + socket.toAbsolutePath(), "--parent-pid", Long.toString(pid));
+      pythonPath = pyFilesPath(conf.get("spark.submit.pyFiles", ""));
       String extra = conf.get("spark.taskstate.sidecar.extraArgs", "").trim();
       if (!extra.isEmpty()) {
         Collections.addAll(command, extra.split("\\s+"));
@@ -110,9 +112,37 @@ public class TaskStatePlugin implements SparkPlugin {
           ctx.executorID(), socket);
     }
 
+    /**
+     * The --py-files of the application as local paths, so that a sidecar can run from
+     * taskstate-pyfiles.zip when taskstate is not installed in the executor's Python.
+     * Spark fetches them into the executor's working directory before plugins start.
+     */
+    static String pyFilesPath(String pyFiles) {
+      List<String> out = new ArrayList<>();
+      Path cwd = Paths.get(System.getProperty("user.dir"));
+      for (String entry : pyFiles.split(",")) {
+        String uri = entry.trim();
+        if (uri.isEmpty()) {
+          continue;
+        }
+        String path = uri.startsWith("file:") ? java.net.URI.create(uri).getPath() : uri;
+        Path name = Paths.get(path).getFileName();
+        if (name != null && Files.exists(cwd.resolve(name))) {
+          out.add(cwd.resolve(name).toString());
+        } else if (Files.exists(Paths.get(path))) {
+          out.add(path);
+        }
+      }
+      return String.join(":", out);
+    }
+
     private void start() throws IOException, InterruptedException {
       ProcessBuilder pb = new ProcessBuilder(command);
       pb.environment().put("TASKSTATE_REDIS_URL", redisUrl);
+      if (!pythonPath.isEmpty()) {
+        String old = pb.environment().getOrDefault("PYTHONPATH", "");
+        pb.environment().put("PYTHONPATH", old.isEmpty() ? pythonPath : pythonPath + ":" + old);
+      }
       pb.redirectError(ProcessBuilder.Redirect.appendTo(logFile.toFile()));
       Process p = pb.start();
       CountDownLatch ready = new CountDownLatch(1);

@@ -1,0 +1,204 @@
+"""The executor plugin and `taskstate spark-package` with a real spark-submit."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import sysconfig
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from taskstate.spark_plugin.example import Runner, build_parser
+from taskstate.spark_plugin.jobs import expected_state, read_output, read_state, state_from_rows
+from taskstate.testing import RedisServer
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sidecars() -> dict[int, list[str]]:
+    out = {}
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            args = Path(f"/proc/{p}/cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        if "taskstate.sidecar" in args and "--parent-pid" in args:
+            out[int(p)] = args
+    return out
+
+
+def test_plugin_sidecar_killed_mid_job_is_restarted_and_the_job_is_correct(
+    spark_ready: None, redis_server: RedisServer, plugin_jar: str, tmp_path: Path
+) -> None:
+    batches, per_batch, keys, parts = 8, 150, 24, 4
+    ns = build_parser().parse_args(
+        [
+            "--batches",
+            str(batches),
+            "--events-per-batch",
+            str(per_batch),
+            "--keys",
+            str(keys),
+            "--partitions",
+            str(parts),
+            "--namespace-prefix",
+            f"plug-{uuid.uuid4().hex[:6]}",
+            "--plugin-jar",
+            plugin_jar,
+        ]
+    )
+    runner = Runner(tmp_path, redis_server.url, "", ns)
+    before = set(_sidecars())
+    extra = [
+        "--plugin-jar",
+        plugin_jar,
+        "--redis-url",
+        redis_server.url,
+        "--master",
+        "local-cluster[2,1,1024]",
+    ]
+    proc = runner.start("job", "taskstate", extra)
+    try:
+        commits = tmp_path / "job" / "checkpoint" / "commits"
+        deadline = time.monotonic() + 300
+        while not (commits / "1").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "job ended early"
+            time.sleep(0.1)
+        victims = {p: args for p, args in _sidecars().items() if p not in before}
+        assert len(victims) == 2  # one per executor, started by the plugin
+        for p in victims:
+            os.kill(p, signal.SIGKILL)
+        runner.wait(proc, "job")
+    finally:
+        runner.kill_all()
+    # each executor's supervisor started a new sidecar: its log shows a second start
+    for args in victims.values():
+        executor = args[args.index("--parent-pid") + 1]
+        log = Path(f"/tmp/taskstate-run/jvm-{executor}.log").read_text()
+        assert log.count('"msg":"sidecar ready"') >= 2, log[-2000:]
+    rows = read_output(tmp_path / "job" / "out")
+    truth = expected_state(batches, per_batch, keys)
+    assert read_state(redis_server.url, f"{ns.namespace_prefix}-job", parts) == truth
+    assert state_from_rows(rows) == truth and len(rows) == batches * per_batch
+    # the job's tasks found the plugin's sidecars with no TASKSTATE_SIDECAR anywhere
+    assert "TASKSTATE_SIDECAR" not in runner.env()
+
+
+SUBMIT_JOB = """
+import json, sys
+from pyspark import TaskContext
+from pyspark.sql import SparkSession
+import taskstate.client
+from taskstate.client import TaskState
+
+NAMESPACE = sys.argv[1]  # read on the driver; the function below is pickled with it
+
+def work(rows):
+    ctx = TaskContext.get()
+    with TaskState(ctx, component="submitted", namespace=NAMESPACE) as s:
+        for r in rows:
+            s["n"] = s.get("n", 0) + 1
+        yield (ctx.partitionId(), s["n"], s.config.sidecar, taskstate.client.__file__)
+
+spark = SparkSession.builder.getOrCreate()
+out = spark.sparkContext.parallelize(range(100), 2).mapPartitions(work).collect()
+json.dump({"rows": out, "driver_client": taskstate.client.__file__}, open(sys.argv[2], "w"))
+spark.stop()
+"""
+
+
+def test_spark_package_outputs_run_a_job_with_spark_submit(
+    spark_ready: None, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    pkg = tmp_path / "pkg"
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "taskstate.cli.main",
+            "spark-package",
+            "--out",
+            str(pkg),
+            "--redis-url",
+            redis_server.url,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    assert "--conf spark.plugins=io.taskstate.spark.TaskStatePlugin" in r.stdout
+    job = tmp_path / "job.py"
+    job.write_text(SUBMIT_JOB)
+    # A Python that has the dependencies but NOT this checkout's taskstate: the job, its
+    # workers and the plugin's sidecar must all get taskstate from taskstate-pyfiles.zip.
+    base_python = getattr(sys, "_base_executable", sys.executable)
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "PYTHONPATH": sysconfig.get_paths()["purelib"],
+        "PYSPARK_PYTHON": base_python,
+        "PYSPARK_DRIVER_PYTHON": base_python,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+    if "JAVA_HOME" in os.environ:
+        env["JAVA_HOME"] = os.environ["JAVA_HOME"]
+    check = subprocess.run(
+        [base_python, "-c", "import taskstate.client"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert check.returncode != 0, "the test Python must not see the checkout's taskstate"
+    ns = f"submit-{uuid.uuid4().hex[:6]}"
+    result = tmp_path / "result.json"
+    submit = Path(sys.executable).parent / "spark-submit"
+    r = subprocess.run(
+        [
+            str(submit),
+            "--master",
+            "local[2]",
+            "--jars",
+            str(pkg / "taskstate-plugin.jar"),
+            "--py-files",
+            str(pkg / "taskstate-pyfiles.zip"),
+            "--conf",
+            "spark.plugins=io.taskstate.spark.TaskStatePlugin",
+            "--conf",
+            f"spark.taskstate.redisUrl={redis_server.url}",
+            "--conf",
+            f"spark.taskstate.python={base_python}",
+            "--conf",
+            "spark.ui.enabled=false",
+            str(job),
+            ns,
+            str(result),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        start_new_session=True,
+    )
+    assert r.returncode == 0, r.stderr[-4000:]
+    out = json.loads(result.read_text())
+    assert "taskstate-pyfiles.zip" in out["driver_client"]
+    assert sorted(row[1] for row in out["rows"]) == [50, 50]
+    for _, _, sidecar, client_file in out["rows"]:
+        assert "taskstate-pyfiles.zip" in client_file
+        assert sidecar.startswith("unix:///tmp/taskstate-run/jvm-")  # the plugin's sidecar
+    c = redis_server.client()
+    assert {c.hget(f"ts:{{{ns}/submitted/{p}}}:data", "n") for p in (0, 1)} == {b"50"}
