@@ -81,6 +81,11 @@ def test_plugin_sidecar_killed_mid_job_is_restarted_and_the_job_is_correct(
         runner.wait(proc, "job")
     finally:
         runner.kill_all()
+    # the executors shut down with the job: their sidecars were stopped with them
+    deadline = time.monotonic() + 15
+    while set(_sidecars()) - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert set(_sidecars()) - before == set()
     # each executor's supervisor started a new sidecar: its log shows a second start
     for args in victims.values():
         executor = args[args.index("--parent-pid") + 1]
