@@ -1,6 +1,8 @@
 """`taskstate` — one command, several subcommands.
 
 - `taskstate sidecar --redis-url URL --listen unix:///PATH`: run the sidecar.
+- `taskstate demo [...]`: trending hashtags golden, under faults with taskstate and with a
+  plain dict, on a private redis-server and sidecar (needs `taskstate[spark,demo]`).
 - `taskstate example [...]`: run the end-to-end Spark example with a private Redis and
   sidecar (needs `taskstate[spark]`).
 - `taskstate spark-package --out DIR`: the plugin jar and py-files zip for spark-submit.
@@ -17,7 +19,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch to a subcommand."""
     args = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="taskstate", description=__doc__)
-    parser.add_argument("command", choices=["sidecar", "example", "spark-package"])
+    parser.add_argument("command", choices=["sidecar", "demo", "example", "spark-package"])
     if not args or args[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if args else 2
@@ -26,6 +28,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from taskstate.sidecar.cli import main as sidecar_main
 
         return sidecar_main(rest)
+    if command == "demo":
+        from taskstate.spark_plugin.demo import main as demo_main
+
+        return demo_main(rest)
     if command == "example":
         from taskstate.spark_plugin.example import main as example_main
 

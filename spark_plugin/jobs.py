@@ -462,8 +462,8 @@ def run_query(args: argparse.Namespace) -> int:
 # -- reading the results -------------------------------------------------------------------
 
 
-def read_output(out_dir: str | Path) -> list[tuple[Any, ...]]:
-    """Rows the run committed, sorted: the file sink's log, or foreachBatch's batch dirs."""
+def read_output_files(out_dir: str | Path) -> list[dict[str, Any]]:
+    """JSON rows a run committed: per the file sink's log, or foreachBatch's batch dirs."""
     out = Path(out_dir)
     files: set[Path] = set()
     meta = out / "_spark_metadata"
@@ -479,12 +479,12 @@ def read_output(out_dir: str | Path) -> list[tuple[Any, ...]]:
         for batch_dir in out.glob("batch=*"):
             if (batch_dir / "_SUCCESS").exists():
                 files.update(batch_dir.glob("part-*.json"))
-    rows = []
-    for path in files:
-        for line in path.read_text().splitlines():
-            r = json.loads(line)
-            rows.append(tuple(r[c] for c in OUT_COLUMNS))
-    return sorted(rows)
+    return [json.loads(line) for path in files for line in path.read_text().splitlines()]
+
+
+def read_output(out_dir: str | Path) -> list[tuple[Any, ...]]:
+    """The job's committed rows as sorted tuples."""
+    return sorted(tuple(r[c] for c in OUT_COLUMNS) for r in read_output_files(out_dir))
 
 
 def read_state(redis_url: str, namespace: str, partitions: int) -> dict[str, Any]:

@@ -1,0 +1,632 @@
+"""`taskstate demo`: trending hashtags that survive failures.
+
+A deterministic, replayable stream of synthetic tweets (Zipf-distributed hashtags plus
+scripted bursts, so trends rise and fall) goes through a Spark streaming query: hashtags
+are extracted, the stream is hash-partitioned by hashtag, and per hashtag the task keeps
+an exponentially weighted moving average of its rate (tweets/s) per 5-second bucket,
+Linux load-average style: buckets in which a tag is absent still decay it. Every batch
+emits each tag's EWMA; the top 10 per batch follow from that.
+
+The same stream runs three ways: golden (no faults), with faults using taskstate, and
+with the same faults keeping the state in a plain dict. Faults: the Python worker is
+SIGKILLed right after its commit, the sidecar is SIGKILLed (and restarted a second later,
+as the executor plugin would), and the whole query is SIGKILLed and restarted from its
+checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+COMPONENT = "hashtag-ewma"
+SOURCE_NAME = "taskstate_demo_tweets"
+BUCKET_S = 5
+ALPHA = 1 - math.exp(-BUCKET_S / 60)  # a one-minute average, like the 1-min load average
+N_TAGS = 120
+_WEIGHTS = [1 / (i + 1) ** 1.1 for i in range(N_TAGS)]
+_CUM = [sum(_WEIGHTS[: i + 1]) for i in range(N_TAGS)]
+TAGS = [f"#topic{i:03d}" for i in range(N_TAGS)]
+# (tag, first bucket, last bucket, peak probability): trends that rise and fall
+BURSTS = (("#spark", 6, 30, 0.9), ("#redis", 24, 54, 0.8), ("#exactlyonce", 44, 70, 1.0))
+OUT_COLUMNS = ["batch", "part", "tag", "ewma", "bucket"]
+OUT_SCHEMA = "batch long, part int, tag string, ewma double, bucket long"
+FAULTS = ("none", "worker", "sidecar", "restart", "all")
+
+
+# -- the stream ----------------------------------------------------------------------------
+
+
+def tweet(i: int, per_batch: int, buckets_per_batch: int) -> tuple[int, float, str]:
+    """Tweet i: (id, event time in seconds, text). Deterministic."""
+    rng = random.Random(i * 1_000_003 + 17)  # noqa: S311 - synthetic data, not security
+    ts = i * buckets_per_batch * BUCKET_S / per_batch
+    bucket = int(ts // BUCKET_S)
+    tags = rng.choices(TAGS, cum_weights=_CUM, k=rng.randint(1, 2))
+    for tag, first, last, peak in BURSTS:
+        if first <= bucket <= last:
+            middle = (first + last) / 2
+            shape = 1 - abs(bucket - middle) / (middle - first + 1)  # rise, then fall
+            if rng.random() < peak * shape:
+                tags.append(tag)
+    return i, ts, f"tweet {i}: " + " ".join(dict.fromkeys(tags))
+
+
+def register_source(spark: Any) -> None:
+    """Register the replayable tweet source (a Python streaming DataSource)."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+    class Range(InputPartition):
+        def __init__(self, start: int, end: int) -> None:
+            self.start, self.end = start, end
+
+    class TweetReader(DataSourceStreamReader):
+        def __init__(self, options: Any) -> None:
+            self.per_batch = int(options["tweets_per_batch"])
+            self.buckets = int(options["buckets_per_batch"])
+            self.total = self.per_batch * int(options["batches"])
+
+        def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's name
+            return {"offset": 0}
+
+        def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:  # noqa: N802
+            return {"offset": min(start["offset"] + self.per_batch, self.total)}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Any]:
+            a, b = start["offset"], end["offset"]
+            return [Range(a, (a + b) // 2), Range((a + b) // 2, b)]
+
+        def read(self, partition: Any) -> Iterator[tuple[int, float, str]]:
+            for i in range(partition.start, partition.end):
+                yield tweet(i, self.per_batch, self.buckets)
+
+    class TweetSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return SOURCE_NAME
+
+        def schema(self) -> str:
+            return "tweet_id long, ts double, text string"
+
+        def streamReader(self, schema: Any) -> TweetReader:  # noqa: N802 - Spark's name
+            return TweetReader(self.options)
+
+    spark.dataSource.register(TweetSource)
+
+
+# -- the EWMA (pure functions: the same in every run) ------------------------------------------
+
+
+def close_until(st: dict[str, Any], bucket: int) -> None:
+    """Close the open bucket, decay through the buckets without this tag, open `bucket`."""
+    if bucket <= st["b"]:
+        return
+    rate = st["n"] / BUCKET_S
+    ewma = st["ewma"] + ALPHA * (rate - st["ewma"])
+    skipped = bucket - st["b"] - 1
+    st["ewma"] = ewma * (1 - ALPHA) ** skipped
+    st["b"], st["n"] = bucket, 0
+
+
+def update_tags(s: Any, events: list[tuple[float, int, str]], end_bucket: int) -> None:
+    """Apply one batch of (ts, tweet id, tag) events to `s`.
+
+    Then every tag is caught up to the end of the batch, so that absent tags decay too.
+    """
+    for ts, _, tag in sorted(events):
+        bucket = int(ts // BUCKET_S)
+        st = s.get(tag) or {"b": bucket, "n": 0, "ewma": 0.0}
+        close_until(st, bucket)
+        st["n"] += 1
+        s[tag] = st
+    for tag in list(s.keys()):
+        st = s[tag]
+        if st["b"] <= end_bucket:
+            close_until(st, end_bucket + 1)
+            s[tag] = st
+
+
+# -- the query (a child process) ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    """What one run does (pickled to the Python workers)."""
+
+    namespace: str
+    sidecar: str
+    state: str
+    buckets_per_batch: int
+    kill_worker_at: int = -1
+    pause_at: int = -1
+    fault_dir: str = ""
+
+
+_PLAIN: dict[tuple[str, int], dict[str, Any]] = {}
+
+
+def make_update(opts: DemoOptions) -> Any:
+    """The mapInPandas function: EWMA per hashtag in TaskState (or a plain dict)."""
+    from .jobs import JobOptions, maybe_fault
+
+    faults = JobOptions(
+        namespace=opts.namespace,
+        sidecar=opts.sidecar,
+        state=opts.state,
+        kill_worker_at=opts.kill_worker_at,
+        pause_at=opts.pause_at,
+        fault_dir=opts.fault_dir,
+    )
+
+    def update(frames: Iterator[Any]) -> Iterator[Any]:
+        import pandas as pd
+        from pyspark import TaskContext
+
+        from taskstate.client import TaskState
+
+        ctx = TaskContext.get()
+        assert ctx is not None  # noqa: S101 - runs in a task
+        batch = int(ctx.getLocalProperty("streaming.sql.batchId") or 0)
+        part = ctx.partitionId()
+        events = [
+            e
+            for f in frames
+            for e in f[["ts", "tweet_id", "tag"]].itertuples(index=False, name=None)
+        ]
+        end_bucket = (batch + 1) * opts.buckets_per_batch - 1
+        if opts.state == "taskstate":
+            with TaskState(
+                ctx, component=COMPONENT, namespace=opts.namespace, sidecar=opts.sidecar
+            ) as s:
+                update_tags(s, events, end_bucket)
+                rows = [(batch, part, tag, st["ewma"], st["b"]) for tag, st in s.items()]
+        else:
+            plain = _PLAIN.setdefault((opts.namespace, part), {})
+            update_tags(plain, events, end_bucket)
+            rows = [(batch, part, tag, st["ewma"], st["b"]) for tag, st in plain.items()]
+        maybe_fault(faults, batch, part)
+        yield pd.DataFrame(rows, columns=OUT_COLUMNS)
+
+    return update
+
+
+def run_query(a: argparse.Namespace) -> int:
+    """Run the query until `batches` micro-batches are committed in its checkpoint."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F  # noqa: N812
+
+    spark = (
+        SparkSession.builder.master(a.master)
+        .appName("taskstate-demo")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", str(a.partitions))
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register_source(spark)
+    opts = DemoOptions(
+        a.namespace,
+        a.sidecar,
+        a.state,
+        a.buckets_per_batch,
+        a.kill_worker_at,
+        a.pause_at,
+        a.fault_dir,
+    )
+    tweets = (
+        spark.readStream.format(SOURCE_NAME)
+        .option("tweets_per_batch", str(a.tweets_per_batch))
+        .option("buckets_per_batch", str(a.buckets_per_batch))
+        .option("batches", str(a.batches))
+        .load()
+    )
+    tags = tweets.select(
+        "tweet_id", "ts", F.explode(F.regexp_extract_all("text", F.lit(r"(#\w+)"), 1)).alias("tag")
+    )
+    out = tags.repartition(a.partitions, "tag").mapInPandas(make_update(opts), OUT_SCHEMA)
+    query = (
+        out.writeStream.format("json")
+        .option("path", a.out_dir)
+        .option("checkpointLocation", a.checkpoint)
+        .outputMode("append")
+        .start()
+    )
+    last = Path(a.checkpoint) / "commits" / str(a.batches - 1)
+    try:
+        while not last.exists():
+            if query.exception() is not None:
+                print(f"query failed: {query.exception()}", file=sys.stderr)
+                return 1
+            time.sleep(0.2)
+    finally:
+        query.stop()
+        spark.stop()
+    return 0
+
+
+# -- results -----------------------------------------------------------------------------------
+
+
+def read_ewma(out_dir: Path) -> dict[tuple[int, str], float]:
+    """(batch, tag) -> EWMA from the rows the file sink committed."""
+    from .jobs import read_output_files
+
+    out: dict[tuple[int, str], float] = {}
+    for r in read_output_files(out_dir):
+        out[(int(r["batch"]), str(r["tag"]))] = float(r["ewma"])
+    return out
+
+
+def top10(ewma: dict[tuple[int, str], float], batch: int) -> list[tuple[str, float]]:
+    """The ten hottest tags after `batch`."""
+    rows = [(tag, v) for (b, tag), v in ewma.items() if b == batch]
+    return sorted(rows, key=lambda r: (-r[1], r[0]))[:10]
+
+
+def compare(
+    golden: dict[tuple[int, str], float], run: dict[tuple[int, str], float]
+) -> tuple[bool, float]:
+    """(identical, largest absolute EWMA error) of a run against golden."""
+    keys = golden.keys() | run.keys()
+    err = max((abs(golden.get(k, 0.0) - run.get(k, 0.0)) for k in keys), default=0.0)
+    return golden == run, err
+
+
+def first_difference(
+    golden: dict[tuple[int, str], float], run: dict[tuple[int, str], float]
+) -> int | None:
+    """The first batch in which a run differs from golden, or None."""
+    for b in sorted({b for b, _ in golden.keys() | run.keys()}):
+        g = {t: v for (bb, t), v in golden.items() if bb == b}
+        r = {t: v for (bb, t), v in run.items() if bb == b}
+        if g != r:
+            return b
+    return None
+
+
+# -- the orchestrator ----------------------------------------------------------------------
+
+
+class Demo:
+    """Runs the three scenarios against a private (or given) Redis and a private sidecar."""
+
+    def __init__(self, a: argparse.Namespace, workdir: Path) -> None:
+        self.a = a
+        self.workdir = workdir
+        self.children: list[subprocess.Popen[bytes]] = []
+        self.redis: Any = None
+        self.sidecar: Any = None
+        self.prefix = f"demo-{uuid.uuid4().hex[:8]}"
+        self._last: tuple[str, int] | None = None
+
+    def say(self, text: str) -> None:
+        """Print one progress line."""
+        print(text, flush=True)
+
+    def start_services(self) -> None:
+        """Start the private redis-server (unless --redis-url) and the sidecar."""
+        from taskstate.testing import RedisServer, SidecarProcess
+
+        if self.a.redis_url:
+            url = self.a.redis_url
+        else:
+            self.say("starting a private redis-server ...")
+            self.redis = RedisServer(self.workdir / "redis").start()
+            url = self.redis.url
+        self.redis_url = url
+        (self.workdir / "sidecar").mkdir(parents=True, exist_ok=True)
+        self.sidecar = SidecarProcess(url, self.workdir / "sidecar" / "sidecar.sock")
+        self.sidecar.start()
+        self.say(f"sidecar ready on {self.sidecar.target}")
+
+    def stop_all(self) -> None:
+        """Kill every query process group, the sidecar and the private Redis."""
+        for p in self.children:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+        if self.sidecar is not None:
+            self.sidecar.kill()
+        if self.redis is not None:
+            self.redis.stop()
+
+    def _query(self, name: str, state: str, extra: Sequence[str]) -> subprocess.Popen[bytes]:
+        run = self.workdir / name
+        (run / "faults").mkdir(parents=True, exist_ok=True)
+        a = self.a
+        cmd = [
+            sys.executable,
+            "-m",
+            "taskstate.spark_plugin.demo",
+            "--query",
+            "--namespace",
+            f"{self.prefix}-{name}",
+            "--sidecar",
+            self.sidecar.target,
+            "--state",
+            state,
+            "--batches",
+            str(a.batches),
+            "--tweets-per-batch",
+            str(a.tweets_per_batch),
+            "--buckets-per-batch",
+            str(a.buckets_per_batch),
+            "--partitions",
+            str(a.partitions),
+            "--master",
+            a.master,
+            "--out-dir",
+            str(run / "out"),
+            "--checkpoint",
+            str(run / "checkpoint"),
+            "--fault-dir",
+            str(run / "faults"),
+            *extra,
+        ]
+        env = dict(os.environ)
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        with open(run / "query.log", "ab") as log:
+            p = subprocess.Popen(  # noqa: S603 - our own module
+                cmd,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,  # noqa: S603
+                start_new_session=True,
+            )
+        self.children.append(p)
+        return p
+
+    def _wait_ok(self, name: str, proc: subprocess.Popen[bytes], phase: str) -> None:
+        """Wait for a query process, printing batches done; fail with its log."""
+        while proc.poll() is None:
+            self._progress_line(name, phase)
+            time.sleep(0.5)
+        self._progress_line(name, phase)
+        if proc.returncode != 0:
+            log = (self.workdir / name / "query.log").read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"run {name!r} failed with exit code {proc.returncode}:\n{log}")
+
+    def _sidecar_killer(self, name: str, at_batch: int) -> threading.Thread:
+        """SIGKILL the sidecar once batch `at_batch` is planned; restart it a second later."""
+        offsets = self.workdir / name / "checkpoint" / "offsets" / str(at_batch)
+        done = threading.Event()
+
+        def watch() -> None:
+            while not offsets.exists():
+                if done.wait(0.1):
+                    return
+            self.sidecar.kill(signal.SIGKILL)
+            (self.workdir / name / "faults" / "sidecar-killed").write_text("")
+            time.sleep(1.0)
+            self.sidecar.start()
+
+        t = threading.Thread(target=watch, daemon=True)
+        t.done = done  # type: ignore[attr-defined]
+        t.start()
+        return t
+
+    def run(self, name: str, state: str, faults: str) -> float:
+        """One scenario from start to end (with its faults); returns seconds."""
+        t0 = time.monotonic()
+        b = self.a.batches
+        worker_at, sidecar_at, restart_at = max(1, b // 4), max(1, b // 2), max(1, 3 * b // 4)
+        use = {
+            "worker": faults in ("worker", "all"),
+            "sidecar": faults in ("sidecar", "all"),
+            "restart": faults in ("restart", "all"),
+        }
+        extra: list[str] = []
+        if use["worker"]:
+            extra += ["--kill-worker-at", str(worker_at)]
+        if use["restart"]:
+            extra += ["--pause-at", str(restart_at)]
+        killer = self._sidecar_killer(name, sidecar_at) if use["sidecar"] else None
+        proc = self._query(name, state, extra)
+        if use["restart"]:
+            paused = self.workdir / name / "faults" / "paused"
+            while not paused.exists():
+                if proc.poll() is not None:
+                    self._wait_ok(name, proc, "ended before the restart fault")
+                    raise RuntimeError(f"run {name!r} ended before batch {restart_at}")
+                self._progress_line(name, "running")
+                time.sleep(0.5)
+            self.say(f"      {name}: stopping the query hard (SIGKILL) in batch {restart_at}")
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            proc = self._query(name, state, [])
+            self._wait_ok(name, proc, "restarted from its checkpoint")
+        else:
+            self._wait_ok(name, proc, "running")
+        if killer is not None:
+            killer.done.set()  # type: ignore[attr-defined]
+        return time.monotonic() - t0
+
+    def _progress_line(self, name: str, phase: str) -> None:
+        commits = self.workdir / name / "checkpoint" / "commits"
+        done = len(list(commits.glob("[0-9]*"))) if commits.exists() else 0
+        if self._last != (name, done):
+            self._last = (name, done)
+            self.say(f"      {name}: {done}/{self.a.batches} batches  ({phase})")
+
+
+def chart(
+    path: Path,
+    runs: dict[str, dict[tuple[int, str], float]],
+    labels: dict[str, str],
+    tags: list[str],
+    batches: int,
+) -> None:
+    """A PNG: one panel per run, the EWMA of the top tags over the batches."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(runs), 1, figsize=(9, 3 * len(runs)), sharex=True, sharey=True)
+    for ax, (name, ewma) in zip(axes, runs.items(), strict=True):
+        for tag in tags:
+            ax.plot(
+                range(batches),
+                [ewma.get((b, tag), float("nan")) for b in range(batches)],
+                label=tag,
+                marker=".",
+            )
+        ax.set_title(labels[name])
+        ax.set_ylabel("EWMA (tweets/s)")
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc="upper left", fontsize=8, ncol=3)
+    axes[-1].set_xlabel("batch (30 s of tweets each)")
+    fig.tight_layout()
+    fig.savefig(
+        path,
+        format="png",
+        dpi=80,
+        metadata={
+            "Title": "taskstate demo: trending hashtags",
+            "Description": json.dumps({"runs": list(runs)}),
+        },
+    )
+    plt.close(fig)
+
+
+def orchestrate(a: argparse.Namespace) -> int:
+    """Run golden, taskstate with faults and plain dict with faults; print and save."""
+    workdir = Path(a.out or tempfile.mkdtemp(prefix="taskstate-demo-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    demo = Demo(a, workdir)
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    scenarios = [
+        ("golden", "taskstate", "none"),
+        ("taskstate", "taskstate", a.faults),
+        ("plain-dict", "dict", a.faults),
+    ]
+    labels = {
+        "golden": "golden (no faults)",
+        "taskstate": f"taskstate, faults: {a.faults}",
+        "plain-dict": f"plain dict, faults: {a.faults}",
+    }
+    try:
+        demo.start_services()
+        results: dict[str, dict[tuple[int, str], float]] = {}
+        seconds: dict[str, float] = {}
+        for i, (name, state, faults) in enumerate(scenarios, 1):
+            demo.say(f"[{i}/{len(scenarios)}] {labels[name]}")
+            seconds[name] = demo.run(name, state, faults)
+            results[name] = read_ewma(workdir / name / "out")
+        golden = results["golden"]
+        last = a.batches - 1
+        table = top10(golden, last)
+        demo.say(f"\ntop 10 hashtags after batch {last} (golden):")
+        demo.say(f"  {'#':>2}  {'hashtag':<16}{'EWMA tweets/s':>14}")
+        for rank, (tag, v) in enumerate(table, 1):
+            demo.say(f"  {rank:>2}  {tag:<16}{v:>14.4f}")
+        demo.say(
+            f"\n{'run':<32}{'identical to golden':>20}{'largest EWMA error':>20}"
+            f"{'first differing batch':>23}"
+        )
+        summary_runs = []
+        for name in results:
+            same, err = compare(golden, results[name])
+            first = first_difference(golden, results[name])
+            demo.say(
+                f"{labels[name]:<32}{'yes' if same else 'NO':>20}{err:>20.6f}"
+                f"{'-' if first is None else str(first):>23}"
+            )
+            summary_runs.append(
+                {
+                    "name": name,
+                    "label": labels[name],
+                    "identical": same,
+                    "largest_ewma_error": err,
+                    "first_differing_batch": first,
+                    "seconds": round(seconds[name], 1),
+                    "rows": len(results[name]),
+                    "top10_last_batch": top10(results[name], last),
+                }
+            )
+        demo.say(
+            "\nA plain dict in the Python worker loses the state at every fault, and drifts\n"
+            "even before the first one: Spark does not pin a partition to one Python worker."
+        )
+        peak = sorted(
+            {t for (_, t) in golden},
+            key=lambda t: -max(v for (b, tt), v in golden.items() if tt == t),
+        )[:6]
+        png = workdir / "trending.png"
+        chart(png, results, labels, peak, a.batches)
+        summary = {
+            "batches": a.batches,
+            "faults": a.faults,
+            "runs": summary_runs,
+            "top10_golden": table,
+            "chart": str(png),
+            "workdir": str(workdir),
+        }
+        (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
+        demo.say(f"\nchart: {png}\nsummary: {workdir / 'summary.json'}")
+        ok = summary_runs[1]["identical"]
+        return 0 if ok else 1
+    except KeyboardInterrupt:
+        print("\ninterrupted: stopping every process the demo started ...", file=sys.stderr)
+        return 130
+    finally:
+        demo.stop_all()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The demo's options."""
+    p = argparse.ArgumentParser(prog="taskstate demo", description=__doc__.split("\n\n")[0])
+    p.add_argument("--batches", type=int, default=12, help="micro-batches (30 s of tweets each)")
+    p.add_argument("--faults", default="all", choices=FAULTS)
+    p.add_argument("--out", help="work directory for runs, chart and summary (default: temp)")
+    p.add_argument("--redis-url", help="use this Redis instead of a private redis-server")
+    p.add_argument("--tweets-per-batch", type=int, default=1200)
+    p.add_argument("--buckets-per-batch", type=int, default=6)
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--master", default="local[2,4]")
+    p.add_argument("--query", action="store_true", help=argparse.SUPPRESS)
+    for hidden in ("--namespace", "--sidecar", "--out-dir", "--checkpoint"):
+        p.add_argument(hidden, help=argparse.SUPPRESS)
+    p.add_argument("--state", default="taskstate", help=argparse.SUPPRESS)
+    p.add_argument("--fault-dir", default="", help=argparse.SUPPRESS)
+    p.add_argument("--kill-worker-at", type=int, default=-1, help=argparse.SUPPRESS)
+    p.add_argument("--pause-at", type=int, default=-1, help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`taskstate demo` (or, with --query, one run of the query)."""
+    p = build_parser()
+    a = p.parse_args(argv)
+    if a.query:
+        return run_query(a)
+    if a.batches < 4:
+        p.error("--batches must be at least 4 (faults strike at 1/4, 1/2 and 3/4 of the run)")
+    return orchestrate(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""`taskstate demo` end to end: summary, chart, and Ctrl-C cleanup."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+pytestmark = pytest.mark.e2e
+
+SMALL = ["--batches", "4", "--tweets-per-batch", "300", "--partitions", "2"]
+
+
+def _demo(args: list[str]) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    return subprocess.Popen(
+        [sys.executable, "-m", "taskstate.cli.main", "demo", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def test_demo_summary_and_chart(spark_ready: None, tmp_path: Path) -> None:
+    proc = _demo([*SMALL, "--faults", "all", "--out", str(tmp_path)])
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-4000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    runs = {r["name"]: r for r in summary["runs"]}
+    assert set(runs) == {"golden", "taskstate", "plain-dict"}
+    assert runs["taskstate"]["identical"] and runs["taskstate"]["largest_ewma_error"] == 0
+    assert runs["taskstate"]["rows"] == runs["golden"]["rows"] > 0
+    assert not runs["plain-dict"]["identical"] and runs["plain-dict"]["largest_ewma_error"] > 0
+    assert len(summary["top10_golden"]) == 10
+    for run in ("taskstate", "plain-dict"):  # every fault struck in both faulted runs
+        faults = tmp_path / run / "faults"
+        assert {"worker-killed", "sidecar-killed", "paused"} <= {p.name for p in faults.iterdir()}
+    assert "identical to golden" in out and "top 10 hashtags" in out
+    assert "1/4 batches" in out  # progress was shown
+    # the PNG is valid and holds the three runs
+    with Image.open(tmp_path / "trending.png") as png:
+        assert png.format == "PNG" and png.width > 400 and png.height > 600
+        assert json.loads(png.text["Description"])["runs"] == ["golden", "taskstate", "plain-dict"]
+        rgb = png.convert("RGB")
+        thirds = [
+            rgb.crop((0, i * png.height // 3, png.width, (i + 1) * png.height // 3))
+            for i in range(3)
+        ]
+        for panel in thirds:  # each panel has its plotted lines (many colours)
+            assert len(panel.getcolors(maxcolors=1 << 16) or []) > 20
+
+
+def _descendants(root: int) -> dict[int, bytes]:
+    children: dict[int, list[int]] = {}
+    cmd: dict[int, bytes] = {}
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{p}/stat").read_text()
+            cmd[int(p)] = Path(f"/proc/{p}/cmdline").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(p))
+    out, todo = {}, [root]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out[c] = cmd.get(c, b"")
+            todo.append(c)
+    return out
+
+
+def test_ctrl_c_leaves_nothing_behind(spark_ready: None, tmp_path: Path) -> None:
+    proc = _demo([*SMALL, "--batches", "8", "--out", str(tmp_path)])
+    assert proc.stdout is not None
+    seen: dict[int, bytes] = {}
+    deadline = time.monotonic() + 300
+    for line in proc.stdout:  # wait until the first query is really running
+        seen.update(_descendants(proc.pid))
+        if "golden: 1/8 batches" in line or time.monotonic() > deadline:
+            break
+    seen.update(_descendants(proc.pid))
+    kinds = b" ".join(seen.values())
+    assert b"redis-server" in kinds and b"taskstate.sidecar" in kinds and b"java" in kinds
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130, rest
+    time.sleep(1)
+    alive = {pid: c for pid, c in seen.items() if Path(f"/proc/{pid}").exists() and _cmd(pid) == c}
+    assert alive == {}, alive
+
+
+def _cmd(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
