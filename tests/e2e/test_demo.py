@@ -96,12 +96,20 @@ def test_ctrl_c_leaves_nothing_behind(spark_ready: None, tmp_path: Path) -> None
     rest, _ = proc.communicate(timeout=60)
     assert proc.returncode == 130, rest
     time.sleep(1)
-    alive = {pid: c for pid, c in seen.items() if Path(f"/proc/{pid}").exists() and _cmd(pid) == c}
+    alive = {pid: c for pid, c in seen.items() if c and _running(pid, c)}
     assert alive == {}, alive
 
 
-def _cmd(pid: int) -> bytes:
+def _running(pid: int, cmdline: bytes) -> bool:
+    """Whether the same process still runs.
+
+    Exited processes and zombies do not count: in a container whose pid 1 does not reap
+    orphans, dead children stay behind as zombies.
+    """
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        same = Path(f"/proc/{pid}/cmdline").read_bytes() == cmdline
     except OSError:
-        return b""
+        return False
+    state = stat.rsplit(")", 1)[1].split()[0]
+    return same and state not in ("Z", "X")
