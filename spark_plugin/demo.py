@@ -33,6 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .jobs import (
+    JobOptions,
+    kill_process_groups,
+    maybe_fault,
+    read_output_files,
+    run_until_committed,
+)
+
 COMPONENT = "hashtag-ewma"
 SOURCE_NAME = "taskstate_demo_tweets"
 BUCKET_S = 5
@@ -161,8 +169,6 @@ _PLAIN: dict[tuple[str, int], dict[str, Any]] = {}
 
 def make_update(opts: DemoOptions) -> Any:
     """The mapInPandas function: EWMA per hashtag in TaskState (or a plain dict)."""
-    from .jobs import JobOptions, maybe_fault
-
     faults = JobOptions(
         namespace=opts.namespace,
         sidecar=opts.sidecar,
@@ -246,17 +252,7 @@ def run_query(a: argparse.Namespace) -> int:
         .outputMode("append")
         .start()
     )
-    last = Path(a.checkpoint) / "commits" / str(a.batches - 1)
-    try:
-        while not last.exists():
-            if query.exception() is not None:
-                print(f"query failed: {query.exception()}", file=sys.stderr)
-                return 1
-            time.sleep(0.2)
-    finally:
-        query.stop()
-        spark.stop()
-    return 0
+    return run_until_committed(spark, query, a.checkpoint, a.batches)
 
 
 # -- results -----------------------------------------------------------------------------------
@@ -264,8 +260,6 @@ def run_query(a: argparse.Namespace) -> int:
 
 def read_ewma(out_dir: Path) -> dict[tuple[int, str], float]:
     """(batch, tag) -> EWMA from the rows the file sink committed."""
-    from .jobs import read_output_files
-
     out: dict[tuple[int, str], float] = {}
     for r in read_output_files(out_dir):
         out[(int(r["batch"]), str(r["tag"]))] = float(r["ewma"])
@@ -336,13 +330,7 @@ class Demo:
 
     def stop_all(self) -> None:
         """Kill every query process group, the sidecar and the private Redis."""
-        for p in self.children:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait()
+        kill_process_groups(self.children)
         if self.sidecar is not None:
             self.sidecar.kill()
         if self.redis is not None:

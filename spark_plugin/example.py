@@ -36,6 +36,7 @@ from typing import Any
 from .jobs import (
     APIS,
     expected_state,
+    kill_process_groups,
     read_output,
     read_state,
     run_query,
@@ -142,13 +143,7 @@ class Runner:
 
     def kill_all(self) -> None:
         """SIGKILL every query process group still alive."""
-        for p in self.children:
-            if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.wait()
+        kill_process_groups(self.children)
 
     def run(self, name: str, state: str, faults: str) -> float:
         """Run one scenario to the end; returns seconds taken."""

@@ -203,23 +203,28 @@ def maybe_fault(opts: JobOptions, batch: int, part: int) -> None:
 # -- the APIs ---------------------------------------------------------------------------
 
 
+def _update_frames(opts: JobOptions, frames: Iterator[Any]) -> Any:
+    """Apply pandas frames of events to the task's state; the output frame."""
+    import pandas as pd
+
+    ctx, batch, part = task_info()
+    events = [
+        e
+        for f in frames
+        for e in f[["event_id", "key", "value"]].itertuples(index=False, name=None)
+    ]
+    s = opts.open(ctx, part)
+    rows = apply_events(s, events, batch, part)
+    close(s)
+    maybe_fault(opts, batch, part)
+    return pd.DataFrame(rows, columns=OUT_COLUMNS)
+
+
 def map_in_pandas_fn(opts: JobOptions) -> Any:
     """mapInPandas: one state block per task."""
 
     def update(frames: Iterator[Any]) -> Iterator[Any]:
-        import pandas as pd
-
-        ctx, batch, part = task_info()
-        events = [
-            e
-            for f in frames
-            for e in f[["event_id", "key", "value"]].itertuples(index=False, name=None)
-        ]
-        s = opts.open(ctx, part)
-        rows = apply_events(s, events, batch, part)
-        close(s)
-        maybe_fault(opts, batch, part)
-        yield pd.DataFrame(rows, columns=OUT_COLUMNS)
+        yield _update_frames(opts, frames)
 
     return update
 
@@ -228,19 +233,7 @@ def apply_in_pandas_with_state_fn(opts: JobOptions) -> Any:
     """applyInPandasWithState: one block (one commit) per group, sharing the task's claim."""
 
     def per_group(key: tuple[Any, ...], frames: Iterator[Any], _gs: Any) -> Iterator[Any]:
-        import pandas as pd
-
-        ctx, batch, part = task_info()
-        events = [
-            e
-            for f in frames
-            for e in f[["event_id", "key", "value"]].itertuples(index=False, name=None)
-        ]
-        s = opts.open(ctx, part)
-        rows = apply_events(s, events, batch, part)
-        close(s)
-        maybe_fault(opts, batch, part)
-        yield pd.DataFrame(rows, columns=OUT_COLUMNS)
+        yield _update_frames(opts, frames)
 
     return per_group
 
@@ -446,7 +439,12 @@ def run_query(args: argparse.Namespace) -> int:
         .load()
     )
     query = build_query(spark, events, opts, args)
-    last = Path(args.checkpoint) / "commits" / str(args.batches - 1)
+    return run_until_committed(spark, query, args.checkpoint, args.batches)
+
+
+def run_until_committed(spark: Any, query: Any, checkpoint: str, batches: int) -> int:
+    """Wait until batch `batches - 1` is in the checkpoint's commit log, then stop."""
+    last = Path(checkpoint) / "commits" / str(batches - 1)
     try:
         while not last.exists():
             if query.exception() is not None:
@@ -457,6 +455,17 @@ def run_query(args: argparse.Namespace) -> int:
         query.stop()
         spark.stop()
     return 0
+
+
+def kill_process_groups(children: list[Any]) -> None:
+    """SIGKILL the process group of every child still alive (driver, JVM, workers)."""
+    for p in children:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait()
 
 
 # -- reading the results -------------------------------------------------------------------
