@@ -307,6 +307,7 @@ class Demo:
         self.sidecar: Any = None
         self.prefix = f"demo-{uuid.uuid4().hex[:8]}"
         self._last: tuple[str, int] | None = None
+        self._announced: set[tuple[str, str]] = set()
 
     def say(self, text: str) -> None:
         """Print one progress line."""
@@ -454,6 +455,14 @@ class Demo:
         if self._last != (name, done):
             self._last = (name, done)
             self.say(f"      {name}: {done}/{self.a.batches} batches  ({phase})")
+        faults = self.workdir / name / "faults"
+        for marker, text in (
+            ("worker-killed", "the Python worker was SIGKILLed after its commit"),
+            ("sidecar-killed", "the sidecar was SIGKILLed (restarting it)"),
+        ):
+            if (name, marker) not in self._announced and (faults / marker).exists():
+                self._announced.add((name, marker))
+                self.say(f"      {name}: fault: {text}")
 
 
 def chart(

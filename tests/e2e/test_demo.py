@@ -45,7 +45,9 @@ def test_demo_summary_and_chart(spark_ready: None, tmp_path: Path) -> None:
         faults = tmp_path / run / "faults"
         assert {"worker-killed", "sidecar-killed", "paused"} <= {p.name for p in faults.iterdir()}
     assert "identical to golden" in out and "top 10 hashtags" in out
-    assert "1/4 batches" in out  # progress was shown
+    assert "1/4 batches" in out  # progress was shown, faults announced
+    assert "fault: the Python worker was SIGKILLed" in out and "fault: the sidecar" in out
+    assert "stopping the query hard" in out
     # the PNG is valid and holds the three runs
     with Image.open(tmp_path / "trending.png") as png:
         assert png.format == "PNG" and png.width > 400 and png.height > 600
