@@ -38,6 +38,7 @@ from .jobs import (
     kill_process_groups,
     maybe_fault,
     read_output_files,
+    register_range_source,
     run_until_committed,
 )
 
@@ -75,45 +76,13 @@ def tweet(i: int, per_batch: int, buckets_per_batch: int) -> tuple[int, float, s
 
 
 def register_source(spark: Any) -> None:
-    """Register the replayable tweet source (a Python streaming DataSource)."""
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    """Register the replayable tweet source (tweet_id, ts, text) with a SparkSession."""
 
-    class Range(InputPartition):
-        def __init__(self, start: int, end: int) -> None:
-            self.start, self.end = start, end
+    def make_row(options: Any) -> Any:
+        per_batch, buckets = int(options["per_batch"]), int(options["buckets_per_batch"])
+        return lambda i: tweet(i, per_batch, buckets)
 
-    class TweetReader(DataSourceStreamReader):
-        def __init__(self, options: Any) -> None:
-            self.per_batch = int(options["tweets_per_batch"])
-            self.buckets = int(options["buckets_per_batch"])
-            self.total = self.per_batch * int(options["batches"])
-
-        def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's name
-            return {"offset": 0}
-
-        def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:  # noqa: N802
-            return {"offset": min(start["offset"] + self.per_batch, self.total)}
-
-        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Any]:
-            a, b = start["offset"], end["offset"]
-            return [Range(a, (a + b) // 2), Range((a + b) // 2, b)]
-
-        def read(self, partition: Any) -> Iterator[tuple[int, float, str]]:
-            for i in range(partition.start, partition.end):
-                yield tweet(i, self.per_batch, self.buckets)
-
-    class TweetSource(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return SOURCE_NAME
-
-        def schema(self) -> str:
-            return "tweet_id long, ts double, text string"
-
-        def streamReader(self, schema: Any) -> TweetReader:  # noqa: N802 - Spark's name
-            return TweetReader(self.options)
-
-    spark.dataSource.register(TweetSource)
+    register_range_source(spark, SOURCE_NAME, "tweet_id long, ts double, text string", make_row)
 
 
 # -- the EWMA (pure functions: the same in every run) ------------------------------------------
@@ -236,7 +205,7 @@ def run_query(a: argparse.Namespace) -> int:
     )
     tweets = (
         spark.readStream.format(SOURCE_NAME)
-        .option("tweets_per_batch", str(a.tweets_per_batch))
+        .option("per_batch", str(a.tweets_per_batch))
         .option("buckets_per_batch", str(a.buckets_per_batch))
         .option("batches", str(a.batches))
         .load()

@@ -26,7 +26,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,19 +61,26 @@ def value_of(i: int) -> int:
     return (i * 7) % 13 + 1
 
 
-def register_source(spark: Any) -> None:
-    """Register the replayable Python streaming data source with a SparkSession."""
+def register_range_source(
+    spark: Any, name: str, schema: str, make_row: Callable[[Any], Callable[[int], tuple[Any, ...]]]
+) -> None:
+    """Register a replayable Python streaming source whose offsets are row indexes.
+
+    Options: `per_batch` (rows per micro-batch) and `batches` (then the source runs
+    dry). `make_row(options)` returns the function that makes row i; rows depend only
+    on i, so a replayed batch (same offsets) reads exactly the same rows.
+    """
     from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 
     class RangePartition(InputPartition):
         def __init__(self, start: int, end: int) -> None:
             self.start, self.end = start, end
 
-    class EventReader(DataSourceStreamReader):
+    class RangeReader(DataSourceStreamReader):
         def __init__(self, options: Any) -> None:
-            self.per_batch = int(options.get("events_per_batch", "200"))
-            self.total = self.per_batch * int(options.get("batches", "6"))
-            self.keys = int(options.get("keys", "40"))
+            self.per_batch = int(options["per_batch"])
+            self.total = self.per_batch * int(options["batches"])
+            self.row = make_row(options)
 
         def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's name
             return {"offset": 0}
@@ -86,25 +93,35 @@ def register_source(spark: Any) -> None:
             mid = (a + b) // 2
             return [RangePartition(a, mid), RangePartition(mid, b)]
 
-        def read(self, partition: Any) -> Iterator[tuple[int, str, int]]:
+        def read(self, partition: Any) -> Iterator[tuple[Any, ...]]:
             for i in range(partition.start, partition.end):
-                yield (i, key_of(i, self.keys), value_of(i))
+                yield self.row(i)
 
         def commit(self, end: dict[str, int]) -> None:
             pass
 
-    class EventSource(DataSource):
+    class RangeSource(DataSource):
         @classmethod
         def name(cls) -> str:
-            return SOURCE_NAME
+            return name
 
         def schema(self) -> str:
-            return EVENT_SCHEMA
+            return schema
 
-        def streamReader(self, schema: Any) -> EventReader:  # noqa: N802 - Spark's name
-            return EventReader(self.options)
+        def streamReader(self, schema: Any) -> RangeReader:  # noqa: N802 - Spark's name
+            return RangeReader(self.options)
 
-    spark.dataSource.register(EventSource)
+    spark.dataSource.register(RangeSource)
+
+
+def register_source(spark: Any) -> None:
+    """Register the events source (event_id, key, value) with a SparkSession."""
+
+    def make_row(options: Any) -> Callable[[int], tuple[Any, ...]]:
+        keys = int(options["keys"])
+        return lambda i: (i, key_of(i, keys), value_of(i))
+
+    register_range_source(spark, SOURCE_NAME, EVENT_SCHEMA, make_row)
 
 
 # -- the stateful logic and faults ------------------------------------------------------
@@ -433,7 +450,7 @@ def run_query(args: argparse.Namespace) -> int:
     register_source(spark)
     events = (
         spark.readStream.format(SOURCE_NAME)
-        .option("events_per_batch", str(args.events_per_batch))
+        .option("per_batch", str(args.events_per_batch))
         .option("batches", str(args.batches))
         .option("keys", str(args.keys))
         .load()
