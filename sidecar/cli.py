@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 from . import logs
 from .server import SidecarConfig, run
+from .storage.connect import RedisSettings, RedisUrlError, TlsFiles
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -16,8 +17,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--redis-url",
         default=os.environ.get("TASKSTATE_REDIS_URL"),
-        help="redis://[user:password@]HOST:PORT/DB, rediss://..., or unix:///PATH?db=N "
-        "(default: $TASKSTATE_REDIS_URL, which keeps a password off the command line)",
+        help="redis://[user:password@]HOST:PORT/DB, rediss://... (TLS), unix:///PATH?db=N, "
+        "redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/DB], "
+        "redis+cluster://HOST:PORT[,HOST:PORT...] (default: $TASKSTATE_REDIS_URL, which "
+        "keeps a password off the command line). See docs/redis.md",
+    )
+    p.add_argument(
+        "--redis-username",
+        default=os.environ.get("TASKSTATE_REDIS_USERNAME"),
+        help="ACL user (default: from the URL or $TASKSTATE_REDIS_USERNAME)",
+    )
+    p.add_argument(
+        "--redis-password-file",
+        default=os.environ.get("TASKSTATE_REDIS_PASSWORD_FILE"),
+        metavar="FILE",
+        help="read the Redis password from FILE (wins over $TASKSTATE_REDIS_PASSWORD and the URL)",
+    )
+    p.add_argument(
+        "--sentinel-password-file",
+        default=os.environ.get("TASKSTATE_SENTINEL_PASSWORD_FILE"),
+        metavar="FILE",
+        help="password of the Sentinel processes themselves, if they require one "
+        "(or $TASKSTATE_SENTINEL_PASSWORD)",
+    )
+    p.add_argument("--redis-tls-ca", metavar="FILE", help="CA bundle that signed Redis' cert")
+    p.add_argument("--redis-tls-cert", metavar="FILE", help="client certificate (mutual TLS)")
+    p.add_argument("--redis-tls-key", metavar="FILE", help="key of the client certificate")
+    p.add_argument(
+        "--redis-tls-no-check-hostname",
+        action="store_true",
+        help="verify the certificate chain but not that it names the host (not recommended)",
     )
     p.add_argument(
         "--listen",
@@ -59,10 +88,29 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
+def redis_settings(ns: argparse.Namespace) -> RedisSettings:
+    """The URL plus secrets from files or the environment (RedisUrlError if unusable)."""
+    return RedisSettings.build(
+        ns.redis_url,
+        username=ns.redis_username,
+        password_file=ns.redis_password_file,
+        password_env=os.environ.get("TASKSTATE_REDIS_PASSWORD"),
+        sentinel_password_file=ns.sentinel_password_file,
+        sentinel_password_env=os.environ.get("TASKSTATE_SENTINEL_PASSWORD"),
+        tls=TlsFiles(
+            ca=ns.redis_tls_ca,
+            cert=ns.redis_tls_cert,
+            key=ns.redis_tls_key,
+            check_hostname=not ns.redis_tls_no_check_hostname,
+        ),
+    )
+
+
 def from_args(ns: argparse.Namespace) -> SidecarConfig:
     """Build the frozen config from parsed arguments."""
     return SidecarConfig(
         redis_url=ns.redis_url,
+        redis=redis_settings(ns),
         listen=tuple(ns.listen),
         max_message_bytes=ns.max_message_bytes,
         drain_seconds=ns.drain_seconds,
@@ -81,7 +129,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not ns.redis_url:
         p.error("no Redis: pass --redis-url URL or set TASKSTATE_REDIS_URL")
     logs.setup(ns.log_level)
-    return run(from_args(ns))
+    try:
+        config = from_args(ns)
+    except RedisUrlError as exc:
+        print(f"taskstate sidecar: {exc}", file=sys.stderr)
+        return 2
+    return run(config)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ back), so a connection lost after Redis applied a script is safe to repeat.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -29,13 +31,45 @@ from .errors import SidecarError
 T = TypeVar("T")
 log = logging.getLogger("taskstate.sidecar.retry")
 
-# Reply prefixes Redis uses while it is loading, resharding or failing over.
+# Reply prefixes Redis uses while it is loading, resharding or failing over (for error
+# replies redis-py does not map to their own class, e.g. from inside a script).
 _TRANSIENT_PREFIXES = ("LOADING", "TRYAGAIN", "CLUSTERDOWN", "READONLY", "MASTERDOWN")
+# redis-py's classes for the same replies (their text has the prefix stripped).
+_TRANSIENT_REPLIES = (
+    rex.BusyLoadingError,
+    rex.TryAgainError,
+    rex.ClusterDownError,  # includes MasterDownError
+    rex.ReadOnlyError,
+    rex.MovedError,  # after a slot moved: the caller refreshed its slot table
+    rex.AskError,
+)
+# Errors that will not go away by asking again: wrong password, missing ACL rights,
+# a certificate that does not verify.
+_PERMANENT = (rex.AuthenticationError, rex.AuthorizationError, rex.NoPermissionError)
+
+
+def is_permanent_connection_error(exc: BaseException) -> bool:
+    """A connection failure that is a configuration problem (credentials, TLS)."""
+    if isinstance(exc, _PERMANENT):
+        return True
+    seen: BaseException | None = exc
+    for _ in range(5):
+        if seen is None:
+            break
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    text = str(exc)
+    return "CERTIFICATE_VERIFY_FAILED" in text or "WRONGPASS" in text or "NOAUTH" in text
 
 
 def is_safe_to_retry(exc: BaseException) -> bool:
     """True for errors that say "not now", never for errors that say "no"."""
-    if isinstance(exc, rex.ConnectionError | rex.TimeoutError | rex.BusyLoadingError):
+    if is_permanent_connection_error(exc):
+        return False
+    if isinstance(exc, _TRANSIENT_REPLIES):
+        return True
+    if isinstance(exc, rex.ConnectionError | rex.TimeoutError | rex.ClusterError):
         return True
     if isinstance(exc, rex.ResponseError):
         return str(exc).startswith(_TRANSIENT_PREFIXES)
@@ -51,7 +85,23 @@ class RetryPolicy:
     max_sleep_s: float = 1.0
 
     async def run(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
-        """Run `fn`, retrying safe errors until the deadline; then STORAGE_UNAVAILABLE."""
+        """Run `fn`, retrying safe errors until the deadline; then STORAGE_UNAVAILABLE.
+
+        The deadline bounds the whole call, a hung attempt included (a stopped Redis
+        keeps its connections open and never answers).
+        """
+        try:
+            async with asyncio.timeout(self.deadline_s):
+                return await self._run(what, fn)
+        except TimeoutError:
+            raise SidecarError(
+                codes.STORAGE_UNAVAILABLE,
+                f"Redis did not answer {what} within {self.deadline_s:g} s. "
+                "Operator action: check that Redis is up and reachable from the sidecar; "
+                "the task can be retried, nothing was half-written.",
+            ) from None
+
+    async def _run(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
 
         def _log(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
@@ -73,6 +123,13 @@ class RetryPolicy:
         except SidecarError:
             raise
         except Exception as exc:
+            if is_permanent_connection_error(exc):
+                raise SidecarError(
+                    codes.STORAGE_UNAVAILABLE,
+                    f"Redis refused the sidecar during {what}: {type(exc).__name__}: {exc}. "
+                    "Operator action: check the sidecar's Redis user, password and TLS "
+                    "settings (--redis-password-file, --redis-tls-*).",
+                ) from exc
             if is_safe_to_retry(exc):
                 raise SidecarError(
                     codes.STORAGE_UNAVAILABLE,

@@ -18,9 +18,10 @@ from grpc_reflection.v1alpha import reflection
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 
-from .retry import RetryPolicy
+from .retry import RetryPolicy, is_permanent_connection_error
 from .service import Limits, TaskStateServicer
 from .storage.base import Storage
+from .storage.connect import RedisSettings, RedisUrlError, redact
 from .storage.redis_backend import RedisStorage
 
 log = logging.getLogger("taskstate.sidecar")
@@ -43,6 +44,12 @@ class SidecarConfig:
     durability_timeout_ms: int = 5000
     log_level: str = "info"
     parent_pid: int | None = None
+    # Secrets and TLS files beside the URL; None: the URL alone.
+    redis: RedisSettings | None = None
+    health_interval_s: float = 1.0
+
+    def __repr__(self) -> str:
+        return f"SidecarConfig(redis_url={redact(self.redis_url)!r}, listen={self.listen!r})"
 
 
 def _listen_address(spec: str) -> tuple[str, Path | None]:
@@ -66,11 +73,24 @@ class Sidecar:
 
     def __init__(self, config: SidecarConfig, storage: Storage | None = None) -> None:
         self.config = config
-        self.storage: Storage = storage or RedisStorage(
-            config.redis_url,
-            retry=RetryPolicy(deadline_s=config.redis_deadline_s),
-            durability_timeout_ms=config.durability_timeout_ms,
-        )
+        if config.redis_deadline_s * 1000 <= config.durability_timeout_ms:
+            raise ConfigError(
+                f"--redis-deadline {config.redis_deadline_s:g} s must be longer than "
+                f"--durability-timeout-ms {config.durability_timeout_ms} (a WAIT must fit "
+                "inside the deadline)"
+            )
+        if storage is None:
+            try:
+                storage = RedisStorage(
+                    config.redis or RedisSettings(url=config.redis_url),
+                    retry=RetryPolicy(deadline_s=config.redis_deadline_s),
+                    durability_timeout_ms=config.durability_timeout_ms,
+                )
+            except RedisUrlError as exc:
+                raise ConfigError(str(exc)) from None
+        self.storage: Storage = storage
+        self._health_task: asyncio.Task[None] | None = None
+        self._serving: bool | None = None
         opts = [
             ("grpc.max_receive_message_length", config.max_message_bytes),
             ("grpc.max_send_message_length", config.max_message_bytes),
@@ -92,8 +112,61 @@ class Sidecar:
         self.addresses: list[str] = []
         self._sockets: list[Path] = []
 
+    async def _redis_reachable(self) -> bool:
+        """Ping Redis once; a refusal that asking again cannot fix is a ConfigError."""
+        try:
+            await asyncio.wait_for(self.storage.ping(), timeout=max(2.0, self._ping_timeout()))
+        except Exception as exc:
+            if is_permanent_connection_error(exc):
+                raise ConfigError(
+                    f"Redis at {redact(self.config.redis_url)} refused the sidecar: "
+                    f"{type(exc).__name__}: {exc}. Check the Redis user and password "
+                    "(URL, --redis-password-file or $TASKSTATE_REDIS_PASSWORD) and the TLS "
+                    "files (--redis-tls-ca/-cert/-key)."
+                ) from None
+            if self._serving is not False:
+                log.error(
+                    "redis unreachable: health is NOT_SERVING",
+                    extra={"error": f"{type(exc).__name__}: {exc}"},
+                )
+            return False
+        if self._serving is False:
+            log.info("redis reachable again: health is SERVING")
+        return True
+
+    def _ping_timeout(self) -> float:
+        return min(5.0, self.config.redis_deadline_s)
+
+    async def _set_health(self, serving: bool) -> None:
+        if serving == self._serving:
+            return
+        self._serving = serving
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        await self.health.set("", status)
+        await self.health.set(SERVICE_NAME, status)
+
+    async def _watch_health(self) -> None:
+        """Keep the gRPC health status equal to "Redis answers", checked every interval."""
+        while True:
+            await asyncio.sleep(self.config.health_interval_s)
+            try:
+                ok = await self._redis_reachable()
+            except ConfigError as exc:  # e.g. the password was changed under us
+                log.error("redis refuses the sidecar", extra={"error": str(exc)})
+                ok = False
+            await self._set_health(ok)
+
     async def start(self) -> list[str]:
-        """Bind every listener and start serving; returns the bound addresses."""
+        """Check Redis, bind every listener and start serving; returns the addresses.
+
+        Redis that cannot be reached is not fatal (health says NOT_SERVING until it is
+        back); Redis that refuses the credentials or the certificate is (ConfigError).
+        """
+        reachable = await self._redis_reachable()
         for spec in self.config.listen:
             addr, path = _listen_address(spec)
             if path is not None:
@@ -108,18 +181,14 @@ class Sidecar:
             else:
                 self.addresses.append(spec)
         await self.server.start()
-        status = health_pb2.HealthCheckResponse.SERVING
-        try:
-            await self.storage.ping()
-        except Exception as exc:  # serve anyway; health tells the truth
-            log.error("redis unreachable at start", extra={"error": repr(exc)})
-            status = health_pb2.HealthCheckResponse.NOT_SERVING
-        await self.health.set("", status)
-        await self.health.set(SERVICE_NAME, status)
+        await self._set_health(reachable)
+        self._health_task = asyncio.create_task(self._watch_health())
         return self.addresses
 
     async def stop(self) -> None:
         """Drain: refuse new calls, let in-flight ones finish (bounded), close Redis."""
+        if self._health_task is not None:
+            self._health_task.cancel()
         await self.health.enter_graceful_shutdown()
         await self.server.stop(self.config.drain_seconds)
         await self.storage.close()
@@ -133,7 +202,11 @@ class Sidecar:
 async def serve(config: SidecarConfig) -> int:
     """Run until SIGTERM/SIGINT; print one ready line once listening."""
     sidecar = Sidecar(config)
-    addresses = await sidecar.start()
+    try:
+        addresses = await sidecar.start()
+    except ConfigError:
+        await sidecar.storage.close()
+        raise
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

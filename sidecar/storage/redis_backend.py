@@ -12,16 +12,15 @@ task lives in one Redis Cluster slot and one script can touch all its keys):
 
 from __future__ import annotations
 
+import hashlib
+import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
-import redis.asyncio as aioredis
 import redis.exceptions as rex
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
 from taskstate.proto import codes
 
@@ -29,6 +28,18 @@ from .. import errors
 from ..errors import SidecarError
 from ..retry import RetryPolicy
 from .base import LAYOUT_VERSION, CommitResult, Durability, OpenResult, TaskKey, TaskMeta
+from .connect import RedisSettings, create_client, redact
+
+T = TypeVar("T")
+log = logging.getLogger("taskstate.sidecar.redis")
+# Errors after which a cluster's slot table may be stale.
+_TOPOLOGY_ERRORS = (
+    rex.ConnectionError,
+    rex.TimeoutError,
+    rex.ClusterError,
+    rex.ReadOnlyError,
+    rex.MovedError,
+)
 
 _GET_CHUNK = 2000
 # Below this many fields a restore reads the hash in one HGETALL; above, HSCAN pages.
@@ -61,35 +72,102 @@ def _version_tuple(v: str) -> tuple[int, ...]:
 
 
 class RedisStorage:
-    """Task state in one standalone Redis (Sentinel and Cluster: see issue 5)."""
+    """Task state in Redis: standalone, Sentinel-managed or Cluster (see connect.py)."""
 
     def __init__(
         self,
-        url: str,
+        redis: str | RedisSettings,
         *,
         retry: RetryPolicy | None = None,
-        socket_timeout_s: float = 30.0,
+        socket_timeout_s: float | None = None,
         durability_timeout_ms: int = 5000,
+        fsync_check_ttl_s: float = 5.0,
     ) -> None:
-        # redis-py's own retries are off: RetryPolicy is the only retry layer.
-        self._redis: aioredis.Redis = aioredis.from_url(
-            url,
-            socket_timeout=socket_timeout_s,
-            socket_connect_timeout=5.0,
-            retry=Retry(NoBackoff(), 0),
-            health_check_interval=10,
-        )
+        self.settings = redis if isinstance(redis, RedisSettings) else RedisSettings(url=redis)
         self._retry = retry or RetryPolicy()
         self._durability_timeout_ms = durability_timeout_ms
+        if socket_timeout_s is None:
+            # long enough for WAIT/WAITAOF; a hung server is cut off by the retry deadline
+            socket_timeout_s = max(self._retry.deadline_s, durability_timeout_ms / 1000 + 2)
+        self.kind, self._redis = create_client(self.settings, socket_timeout_s=socket_timeout_s)
         self._src = {n: _script(n) for n in ("open", "commit", "get")}
-        self._sha: dict[str, str] = {}
+        self._sha = {n: hashlib.sha1(src.encode()).hexdigest() for n, src in self._src.items()}  # noqa: S324 - Redis names scripts by SHA-1
         self._server_version: tuple[int, ...] | None = None
+        self._fsync_ok_until = 0.0
+        self._fsync_check_ttl_s = fsync_check_ttl_s
+        self._refresh_after = 0.0
+
+    @property
+    def shown_url(self) -> str:
+        """The Redis URL without its password (for logs and errors)."""
+        return redact(self.settings.url)
 
     # -- plumbing -------------------------------------------------------------
 
-    async def _load_scripts(self) -> None:
-        for name, src in self._src.items():
-            self._sha[name] = await self._redis.script_load(src)
+    async def _run(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
+        """`RetryPolicy.run`, refreshing the cluster's slot table after topology errors."""
+        if self.kind != "cluster":
+            return await self._retry.run(what, fn)
+
+        async def attempt() -> T:
+            try:
+                return await fn()
+            except _TOPOLOGY_ERRORS:
+                await self._refresh_topology()
+                raise
+
+        return await self._retry.run(what, attempt)
+
+    async def _refresh_topology(self) -> None:
+        """Forget the cluster layout; the next command asks the cluster again."""
+        now = time.monotonic()
+        if now < self._refresh_after:
+            return
+        self._refresh_after = now + 0.2
+        log.info("refreshing the Redis Cluster layout")
+        await self._redis.aclose()
+
+    async def _load_scripts(self, node: Any = None) -> None:
+        for src in self._src.values():
+            if self.kind == "cluster":
+                await self._redis.execute_command("SCRIPT", "LOAD", src, target_nodes=node)
+            else:
+                await self._redis.script_load(src)
+
+    async def _on_slot(
+        self, key: str, commands: Sequence[tuple[Any, ...]]
+    ) -> tuple[Any, list[Any]]:
+        """Cluster: run `commands` in order, on one connection to the node serving `key`.
+
+        WAIT/WAITAOF must follow the write on the same connection, and an HSCAN must stay
+        on one server; so redirections are followed here, never inside the pipeline.
+        """
+        cluster = self._redis
+        await cluster.initialize()
+        ask = None
+        for _ in range(8):
+            node = ask or cluster.get_node_from_key(key)
+            pipe = cluster.pipeline(transaction=False)
+            if ask is not None:
+                pipe.execute_command("ASKING", target_nodes=node)
+            for c in commands:
+                pipe.execute_command(*c, target_nodes=node)
+            replies = await pipe.execute(raise_on_error=False, allow_redirections=False)
+            if ask is not None:
+                replies = replies[1:]
+            first = replies[0]
+            if isinstance(first, rex.MovedError):
+                await cluster.nodes_manager.move_slot(first)
+                ask = None
+                continue
+            if isinstance(first, rex.AskError):
+                ask = cluster.get_node(host=first.host, port=first.port)
+                if ask is None:
+                    await self._refresh_topology()
+                    raise rex.TryAgainError(f"ASK to an unknown node {first.host}:{first.port}")
+                continue
+            return node, replies
+        raise rex.TryAgainError("redirected 8 times in a row")
 
     async def _evalsha(
         self, name: str, keys: Sequence[str], args: Sequence[Any], wait: tuple[int, ...] = ()
@@ -99,24 +177,28 @@ class RedisStorage:
         Optionally followed on the same connection by WAIT / WAITAOF, so that they
         cover this write.
         """
-        if name not in self._sha:
-            await self._load_scripts()
-        for _ in range(2):
-            pipe = self._redis.pipeline(transaction=False)
-            pipe.execute_command("EVALSHA", self._sha[name], len(keys), *keys, *args)
-            if wait:
-                if wait[0] == 0:
-                    pipe.execute_command("WAIT", wait[1], wait[2])
-                else:
-                    pipe.execute_command("WAITAOF", wait[1], wait[2], wait[3])
-            try:
-                replies = await pipe.execute(raise_on_error=False)
-            except rex.NoScriptError:
-                await self._load_scripts()
-                continue
+        commands: list[tuple[Any, ...]] = [("EVALSHA", self._sha[name], len(keys), *keys, *args)]
+        if wait:
+            if wait[0] == 0:
+                commands.append(("WAIT", wait[1], wait[2]))
+            else:
+                commands.append(("WAITAOF", wait[1], wait[2], wait[3]))
+        for _ in range(3):
+            node = None
+            if self.kind == "cluster":
+                node, replies = await self._on_slot(keys[0], commands)
+            else:
+                pipe = self._redis.pipeline(transaction=False)
+                for c in commands:
+                    pipe.execute_command(*c)
+                try:
+                    replies = await pipe.execute(raise_on_error=False)
+                except rex.NoScriptError:
+                    replies = [rex.NoScriptError()]
             first = replies[0]
             if isinstance(first, rex.NoScriptError):
-                await self._load_scripts()
+                # a restarted or failed-over server has an empty script cache
+                await self._load_scripts(node)
                 continue
             for r in replies:
                 if isinstance(r, Exception):
@@ -124,10 +206,22 @@ class RedisStorage:
             return replies if wait else first
         raise SidecarError(codes.INTERNAL, f"script {name} could not be loaded into Redis")
 
+    async def _each_server(self, *command: Any) -> list[Any]:
+        """Run a keyless command on the server (every primary of a cluster)."""
+        if self.kind != "cluster":
+            return [await self._redis.execute_command(*command)]
+        await self._redis.initialize()
+        return [
+            await self._redis.execute_command(*command, target_nodes=node)
+            for node in self._redis.get_primaries()
+        ]
+
     async def _server(self) -> tuple[int, ...]:
         if self._server_version is None:
-            info = await self._redis.info("server")
-            self._server_version = _version_tuple(str(info.get("redis_version", "0")))
+            infos = await self._run("info", lambda: self._each_server("INFO", "server"))
+            self._server_version = min(
+                _version_tuple(str(i.get("redis_version", "0"))) for i in infos
+            )
         return self._server_version
 
     @staticmethod
@@ -149,23 +243,52 @@ class RedisStorage:
         return exc
 
     async def _durability_wait(self, durability: Durability) -> tuple[int, ...]:
-        if durability.fsynced:
-            await self._check_fsync_supported()
+        """What to send after the write: () nothing, (0, n, ms) WAIT, (1, 1, n, ms) WAITAOF."""
+        if durability.fsynced and await self._check_fsync() == "waitaof":
             return (1, 1, durability.replicas, self._durability_timeout_ms)
         if durability.replicas:
             return (0, durability.replicas, self._durability_timeout_ms)
         return ()
 
-    async def _check_fsync_supported(self) -> None:
+    async def _check_fsync(self) -> str:
+        """How `fsynced` is met: "waitaof" (Redis >= 7.2) or "config" (checked config).
+
+        Redis < 7.2 has no WAITAOF; there a commit is fsynced before Redis replies only
+        when the server runs `appendonly yes` with `appendfsync always`, so that is what
+        is checked (again after `fsync_check_ttl_s`, as configs and masters change).
+        """
         version = await self._server()
-        if version < (7, 2):
+        if version >= (7, 2):
+            return "waitaof"
+        if time.monotonic() < self._fsync_ok_until:
+            return "config"
+        shown = ".".join(map(str, version))
+        try:
+            configs = await self._run(
+                "config", lambda: self._each_server("CONFIG", "GET", "append*")
+            )
+        except rex.ResponseError as exc:
             raise SidecarError(
                 codes.DURABILITY,
-                "durability 'fsynced' needs WAITAOF, which Redis "
-                f"{'.'.join(map(str, version))} does not have (Redis >= 7.2 does). "
-                "Operator action: upgrade Redis, or choose durability 'applied' or "
+                f"durability 'fsynced' on Redis {shown} (no WAITAOF) needs a check that "
+                f"the server runs appendonly yes / appendfsync always, and CONFIG GET was "
+                f"refused ({exc}). Operator action: allow the sidecar's Redis user "
+                "+config|get, upgrade to Redis >= 7.2, or choose durability 'applied' or "
                 "'replicated:N'.",
-            )
+            ) from None
+        for cfg in configs:
+            aof, fsync = _text(cfg.get("appendonly")), _text(cfg.get("appendfsync"))
+            if aof != "yes" or fsync != "always":
+                raise SidecarError(
+                    codes.DURABILITY,
+                    f"durability 'fsynced' on Redis {shown} (no WAITAOF) needs "
+                    f"'appendonly yes' and 'appendfsync always', but the server runs "
+                    f"appendonly={aof or '?'} appendfsync={fsync or '?'}. Operator action: "
+                    "configure Redis so, upgrade to Redis >= 7.2 (WAITAOF), or choose "
+                    "durability 'applied' or 'replicated:N'.",
+                )
+        self._fsync_ok_until = time.monotonic() + self._fsync_check_ttl_s
+        return "config"
 
     # -- protocol -------------------------------------------------------------
 
@@ -180,7 +303,7 @@ class RedisStorage:
     ) -> OpenResult:
         """Claim the task; see base.Storage.open."""
         if durability.fsynced:
-            await self._retry.run("open", self._check_fsync_supported)
+            await self._check_fsync()
         meta, data, undo = task_keys(task)
         args = [
             "" if batch is None else str(batch),
@@ -194,10 +317,10 @@ class RedisStorage:
             return await self._evalsha("open", (meta, data, undo), args)
 
         try:
-            r = await self._retry.run("open", call)
+            r = await self._run("open", call)
         except rex.ResponseError as exc:
             raise self._script_error(task, exc, batch, codec) from None
-        await self._retry.run(
+        await self._run(
             "index",
             lambda: self._redis.sadd(
                 index_key(task.namespace), f"{task.component}/{task.partition}"
@@ -219,19 +342,40 @@ class RedisStorage:
         """Yield the state in chunks; memory is bounded by one chunk, not the state."""
         meta, data, _ = task_keys(task)
         await self._check_epoch(task, meta, epoch)
-        size = await self._retry.run("restore", lambda: self._redis.hlen(data))
+        size = await self._run("restore", lambda: self._redis.hlen(data))
         if size <= min(_HGETALL_MAX, max_fields):
-            items: dict[Any, Any] = await self._retry.run("restore", lambda: self._hgetall(data))
+            items: dict[Any, Any] = await self._run("restore", lambda: self._hgetall(data))
             yield [(k.decode(), v) for k, v in items.items()]
         else:
+            # An HSCAN cursor means something only to the server that issued it: a failover,
+            # a restart or a slot migration mid-scan starts the scan again. Fields sent
+            # twice are identical (the epoch fences writers), so the client just overwrites.
+            server = None
+            restarts = 0
             cursor = 0
             while True:
                 cur = cursor
 
-                async def page(cur: int = cur) -> Any:
-                    return await self._redis.hscan(data, cur, count=max_fields)
+                async def page(cur: int = cur) -> tuple[str, int, dict[Any, Any]]:
+                    return await self._scan_page(data, cur, max_fields)
 
-                cursor, items = await self._retry.run("restore", page)
+                served_by, cursor, items = await self._run("restore", page)
+                if server is not None and served_by != server:
+                    restarts += 1
+                    if restarts > 5:
+                        raise SidecarError(
+                            codes.STORAGE_UNAVAILABLE,
+                            f"task {task.fq}: the Redis server holding the state changed 5 "
+                            "times during one restore. Retry when the failover or slot "
+                            "migration is over.",
+                        )
+                    log.warning(
+                        "the server changed during a restore: scanning again",
+                        extra={"task": task.fq},
+                    )
+                    server, cursor = None, 0
+                    continue
+                server = served_by
                 if items:
                     yield [(k.decode(), v) for k, v in items.items()]
                 if cursor == 0:
@@ -240,17 +384,36 @@ class RedisStorage:
         await self._check_epoch(task, meta, epoch)
 
     async def _hgetall(self, key: str) -> dict[Any, Any]:
-        return await self._redis.hgetall(key)
+        items: dict[Any, Any] = await self._redis.hgetall(key)
+        return items
+
+    async def _scan_page(
+        self, key: str, cursor: int, count: int
+    ) -> tuple[str, int, dict[Any, Any]]:
+        """One HSCAN page and the run id of the server that answered it."""
+        commands = [("HSCAN", key, cursor, "COUNT", count), ("INFO", "server")]
+        if self.kind == "cluster":
+            _, replies = await self._on_slot(key, commands)
+        else:
+            pipe = self._redis.pipeline(transaction=False)
+            for c in commands:
+                pipe.execute_command(*c)
+            replies = await pipe.execute(raise_on_error=False)
+        for r in replies:
+            if isinstance(r, Exception):
+                raise r
+        (next_cursor, items), info = replies
+        return str(info.get("run_id", "")), int(next_cursor), items
 
     async def _check_epoch(self, task: TaskKey, meta: str, epoch: int) -> None:
-        current = await self._retry.run("epoch", lambda: self._redis.hget(meta, "epoch"))
+        current = await self._run("epoch", lambda: self._redis.hget(meta, "epoch"))
         if current is None or int(current) != epoch:
             raise errors.fenced(task.fq, _text(current) or "none")
 
     async def version(self, task: TaskKey) -> str:
         """The version token of the task's committed content."""
         meta, _, _ = task_keys(task)
-        gen, ver = await self._retry.run("version", lambda: self._redis.hmget(meta, "gen", "ver"))
+        gen, ver = await self._run("version", lambda: self._redis.hmget(meta, "gen", "ver"))
         return f"{_text(gen)}:{_text(ver)}"
 
     async def commit(
@@ -285,7 +448,7 @@ class RedisStorage:
             return await self._evalsha("commit", (meta, data, undo), args, wait)
 
         try:
-            r = await self._retry.run("commit", call)
+            r = await self._run("commit", call)
         except rex.ResponseError as exc:
             raise self._script_error(task, exc, batch) from None
         acked = 0
@@ -323,7 +486,7 @@ class RedisStorage:
                 return await self._evalsha("get", (meta, data), [str(epoch), *part])
 
             try:
-                out.extend(await self._retry.run("get", call))
+                out.extend(await self._run("get", call))
             except rex.ResponseError as exc:
                 raise self._script_error(task, exc, None) from None
         return out
@@ -338,7 +501,7 @@ class RedisStorage:
             pipe.hlen(data)
             return await pipe.execute()
 
-        m, size = await self._retry.run("describe", call)
+        m, size = await self._run("describe", call)
         return self._meta(task, m, int(size))
 
     @staticmethod
@@ -368,7 +531,7 @@ class RedisStorage:
         )
 
     async def _members(self, namespace: str, component: str | None) -> list[TaskKey]:
-        raw = await self._retry.run("list", lambda: self._redis.smembers(index_key(namespace)))
+        raw = await self._run("list", lambda: self._redis.smembers(index_key(namespace)))
         tasks = []
         for member in sorted(_text(x) for x in raw):
             comp, _, part = member.rpartition("/")
@@ -396,13 +559,20 @@ class RedisStorage:
                 await self._redis.srem(index_key(namespace), f"{t.component}/{t.partition}")
                 return n
 
-            if await self._retry.run("drop", call):
+            if await self._run("drop", call):
                 dropped += 1
         return dropped
 
     async def ping(self) -> None:
-        """Raise when Redis cannot be reached."""
-        await self._redis.ping()
+        """Raise when Redis (every primary of a cluster) cannot be reached."""
+        if self.kind == "cluster":
+            try:
+                await self._each_server("PING")
+            except _TOPOLOGY_ERRORS:
+                await self._refresh_topology()
+                raise
+        else:
+            await self._redis.ping()
 
     async def close(self) -> None:
         """Close the connection pool."""
