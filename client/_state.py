@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 import os
 import socket
+import threading
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -79,6 +80,8 @@ class _Session:
 
 
 _sessions: dict[str, _Session] = {}
+# Spark runs one task per Python worker, but a job (or a test) may run tasks in threads.
+_sessions_lock = threading.Lock()
 
 
 def _remember(task_id: str, session: _Session, limit: int) -> None:
@@ -88,13 +91,14 @@ def _remember(task_id: str, session: _Session, limit: int) -> None:
     save a Restore). Sessions of the current attempt are never forgotten: forgetting one
     would make its next block Open again and roll back the attempt's own earlier commits.
     """
-    _sessions.pop(task_id, None)
-    _sessions[task_id] = session
-    excess = len(_sessions) - max(limit, 1)
-    for key in [
-        k for k, s in _sessions.items() if not s.active and s.attempt_id != session.attempt_id
-    ][: max(excess, 0)]:
-        del _sessions[key]
+    with _sessions_lock:
+        _sessions.pop(task_id, None)
+        _sessions[task_id] = session
+        excess = len(_sessions) - max(limit, 1)
+        for key in [
+            k for k, s in _sessions.items() if not s.active and s.attempt_id != session.attempt_id
+        ][: max(excess, 0)]:
+            del _sessions[key]
 
 
 def _is_mutable(value: Any) -> bool:

@@ -76,8 +76,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--durability-timeout-ms",
         type=int,
-        default=5000,
-        help="how long WAIT/WAITAOF may take before a commit fails with DURABILITY",
+        default=None,
+        help="how long WAIT/WAITAOF may take before a commit fails with DURABILITY "
+        "(default: 5000, or half of --redis-deadline when that is shorter)",
     )
     p.add_argument(
         "--parent-pid",

@@ -14,6 +14,7 @@ from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
+from redis.exceptions import RedisError
 
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
@@ -41,7 +42,7 @@ class SidecarConfig:
     max_message_bytes: int = 64 << 20
     drain_seconds: float = 30.0
     redis_deadline_s: float = 10.0
-    durability_timeout_ms: int = 5000
+    durability_timeout_ms: int | None = None  # None: 5000, or half the deadline
     log_level: str = "info"
     parent_pid: int | None = None
     # Secrets and TLS files beside the URL; None: the URL alone.
@@ -73,18 +74,20 @@ class Sidecar:
 
     def __init__(self, config: SidecarConfig, storage: Storage | None = None) -> None:
         self.config = config
-        if config.redis_deadline_s * 1000 <= config.durability_timeout_ms:
+        wait_ms = config.durability_timeout_ms
+        if wait_ms is None:
+            wait_ms = int(min(5000, config.redis_deadline_s * 500))
+        elif config.redis_deadline_s * 1000 <= wait_ms:
             raise ConfigError(
                 f"--redis-deadline {config.redis_deadline_s:g} s must be longer than "
-                f"--durability-timeout-ms {config.durability_timeout_ms} (a WAIT must fit "
-                "inside the deadline)"
+                f"--durability-timeout-ms {wait_ms} (a WAIT must fit inside the deadline)"
             )
         if storage is None:
             try:
                 storage = RedisStorage(
                     config.redis or RedisSettings(url=config.redis_url),
                     retry=RetryPolicy(deadline_s=config.redis_deadline_s),
-                    durability_timeout_ms=config.durability_timeout_ms,
+                    durability_timeout_ms=wait_ms,
                 )
             except RedisUrlError as exc:
                 raise ConfigError(str(exc)) from None
@@ -117,7 +120,9 @@ class Sidecar:
         try:
             await asyncio.wait_for(self.storage.ping(), timeout=max(2.0, self._ping_timeout()))
         except Exception as exc:
-            if is_permanent_connection_error(exc):
+            if is_permanent_connection_error(exc) or not isinstance(
+                exc, RedisError | OSError | TimeoutError
+            ):
                 raise ConfigError(
                     f"Redis at {redact(self.config.redis_url)} refused the sidecar: "
                     f"{type(exc).__name__}: {exc}. Check the Redis user and password "

@@ -105,6 +105,15 @@ def _info(m: TaskMeta) -> pb.TaskInfo:
     )
 
 
+def _naming_task(exc: SidecarError, request: Any) -> SidecarError:
+    """`exc` with "task NS/COMPONENT/PARTITION: " in front, when it does not say which."""
+    task = getattr(request, "task", None)
+    if task is None or exc.message.startswith("task "):
+        return exc
+    fq = f"{task.namespace}/{task.component}/{task.partition}"
+    return SidecarError(exc.code, f"task {fq}: {exc.message}")
+
+
 class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]  # no .pyi
     """Implements taskstate.v1.TaskStateService on top of a Storage."""
 
@@ -113,12 +122,16 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
         self.limits = limits or Limits()
 
     async def _guard(
-        self, context: aio.ServicerContext[Any, Any], what: str, fn: Callable[[], Awaitable[T]]
+        self,
+        context: aio.ServicerContext[Any, Any],
+        what: str,
+        fn: Callable[[], Awaitable[T]],
+        request: Any = None,
     ) -> T:
         try:
             return await fn()
         except SidecarError as exc:
-            await self._abort(context, exc)
+            await self._abort(context, _naming_task(exc, request))
         except Exception as exc:  # the wire gets a status, the log gets the traceback
             log.exception("unexpected failure in %s", what)
             await self._abort(
@@ -169,7 +182,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                 rolled_back_keys=r.rolled_back_keys,
             )
 
-        return await self._guard(context, "Open", run)
+        return await self._guard(context, "Open", run, request)
 
     async def Restore(  # noqa: D102
         self, request: pb.RestoreRequest, context: aio.ServicerContext[Any, Any]
@@ -193,7 +206,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
             version = await self.storage.version(task)
             yield pb.RestoreChunk(last=True, version=version)
         except SidecarError as exc:
-            await self._abort(context, exc)
+            await self._abort(context, _naming_task(exc, request))
         except Exception as exc:
             log.exception("unexpected failure in Restore")
             await self._abort(
@@ -229,7 +242,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                 version=r.version, size=r.size, replicas_acked=r.replicas_acked
             )
 
-        return await self._guard(context, "Commit", run)
+        return await self._guard(context, "Commit", run, request)
 
     async def _get(
         self, request: pb.GetRequest, context: aio.ServicerContext[Any, Any]
@@ -242,7 +255,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                 values=[pb.OptionalValue(found=v is not None, value=v or b"") for v in values]
             )
 
-        return await self._guard(context, "Get", run)
+        return await self._guard(context, "Get", run, request)
 
     async def Get(  # noqa: D102
         self, request: pb.GetRequest, context: aio.ServicerContext[Any, Any]
@@ -262,7 +275,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
         async def run() -> pb.TaskInfo:
             return _info(await self.storage.describe(task_key(request.task)))
 
-        return await self._guard(context, "Describe", run)
+        return await self._guard(context, "Describe", run, request)
 
     def _scope(self, namespace: str, component: str) -> tuple[str, str | None]:
         problem = ids.name_problem("namespace", namespace)

@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.sentinel import Sentinel, SentinelManagedSSLConnection
 from redis.backoff import NoBackoff
 
 Kind = Literal["standalone", "sentinel", "cluster"]
@@ -245,7 +245,6 @@ def _common_kwargs(
     if password is not None:
         kw["password"] = password
     if parsed.tls:
-        kw["ssl"] = True
         kw["ssl_check_hostname"] = settings.tls.check_hostname
         kw["ssl_cert_reqs"] = "required"
         if settings.tls.ca:
@@ -262,11 +261,10 @@ def create_client(settings: RedisSettings, *, socket_timeout_s: float) -> tuple[
     parsed = parse(settings.url)
     kw = _common_kwargs(settings, parsed, socket_timeout_s)
     if parsed.kind == "cluster":
-        ssl = kw.pop("ssl", False)
         kw.pop("retry")
         client = RedisCluster(
             startup_nodes=[ClusterNode(h, p) for h, p in parsed.hosts],
-            ssl=ssl,
+            ssl=parsed.tls,
             retry=Retry(NoBackoff(), 0),
             require_full_coverage=False,
             **kw,
@@ -279,12 +277,10 @@ def create_client(settings: RedisSettings, *, socket_timeout_s: float) -> tuple[
         }
         if settings.sentinel_password is not None:
             sentinel_kw["password"] = settings.sentinel_password
-        for k in ("ssl", "ssl_check_hostname", "ssl_cert_reqs", "ssl_ca_certs"):
-            if k in kw:
-                sentinel_kw[k] = kw[k]
-        for k in ("ssl_certfile", "ssl_keyfile"):
-            if k in kw:
-                sentinel_kw[k] = kw[k]
+        if parsed.tls:
+            sentinel_kw["ssl"] = True
+            sentinel_kw.update({k: v for k, v in kw.items() if k.startswith("ssl_")})
+            kw["connection_class"] = SentinelManagedSSLConnection
         sentinel = Sentinel(  # type: ignore[no-untyped-call]
             list(parsed.hosts), sentinel_kwargs=sentinel_kw, **kw
         )

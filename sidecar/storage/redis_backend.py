@@ -242,15 +242,15 @@ class RedisStorage:
             return errors.corrupt(task.fq, detail)
         return exc
 
-    async def _durability_wait(self, durability: Durability) -> tuple[int, ...]:
+    async def _durability_wait(self, durability: Durability, task: TaskKey) -> tuple[int, ...]:
         """What to send after the write: () nothing, (0, n, ms) WAIT, (1, 1, n, ms) WAITAOF."""
-        if durability.fsynced and await self._check_fsync() == "waitaof":
+        if durability.fsynced and await self._check_fsync(task) == "waitaof":
             return (1, 1, durability.replicas, self._durability_timeout_ms)
         if durability.replicas:
             return (0, durability.replicas, self._durability_timeout_ms)
         return ()
 
-    async def _check_fsync(self) -> str:
+    async def _check_fsync(self, task: TaskKey | None = None) -> str:
         """How `fsynced` is met: "waitaof" (Redis >= 7.2) or "config" (checked config).
 
         Redis < 7.2 has no WAITAOF; there a commit is fsynced before Redis replies only
@@ -263,6 +263,7 @@ class RedisStorage:
         if time.monotonic() < self._fsync_ok_until:
             return "config"
         shown = ".".join(map(str, version))
+        where = f"task {task.fq}: " if task is not None else ""
         try:
             configs = await self._run(
                 "config", lambda: self._each_server("CONFIG", "GET", "append*")
@@ -270,18 +271,19 @@ class RedisStorage:
         except rex.ResponseError as exc:
             raise SidecarError(
                 codes.DURABILITY,
-                f"durability 'fsynced' on Redis {shown} (no WAITAOF) needs a check that "
+                f"{where}durability 'fsynced' on Redis {shown} (no WAITAOF) needs a check that "
                 f"the server runs appendonly yes / appendfsync always, and CONFIG GET was "
                 f"refused ({exc}). Operator action: allow the sidecar's Redis user "
                 "+config|get, upgrade to Redis >= 7.2, or choose durability 'applied' or "
                 "'replicated:N'.",
             ) from None
         for cfg in configs:
-            aof, fsync = _text(cfg.get("appendonly")), _text(cfg.get("appendfsync"))
+            named = {_text(k): _text(v) for k, v in cfg.items()}
+            aof, fsync = named.get("appendonly", ""), named.get("appendfsync", "")
             if aof != "yes" or fsync != "always":
                 raise SidecarError(
                     codes.DURABILITY,
-                    f"durability 'fsynced' on Redis {shown} (no WAITAOF) needs "
+                    f"{where}durability 'fsynced' on Redis {shown} (no WAITAOF) needs "
                     f"'appendonly yes' and 'appendfsync always', but the server runs "
                     f"appendonly={aof or '?'} appendfsync={fsync or '?'}. Operator action: "
                     "configure Redis so, upgrade to Redis >= 7.2 (WAITAOF), or choose "
@@ -303,7 +305,7 @@ class RedisStorage:
     ) -> OpenResult:
         """Claim the task; see base.Storage.open."""
         if durability.fsynced:
-            await self._check_fsync()
+            await self._check_fsync(task)
         meta, data, undo = task_keys(task)
         args = [
             "" if batch is None else str(batch),
@@ -442,7 +444,7 @@ class RedisStorage:
             args.append(k)
             args.append(v)
         args.extend(deletes)
-        wait = await self._durability_wait(durability)
+        wait = await self._durability_wait(durability, task)
 
         async def call() -> Any:
             return await self._evalsha("commit", (meta, data, undo), args, wait)
