@@ -319,6 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fault-dir", default="", help=argparse.SUPPRESS)
     p.add_argument("--kill-worker-at", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--pause-at", type=int, default=-1, help=argparse.SUPPRESS)
+    p.add_argument("--hold-at", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--namespace-prefix", default="", help=argparse.SUPPRESS)
     return p
 

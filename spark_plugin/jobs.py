@@ -138,6 +138,7 @@ class JobOptions:
     state: str = "taskstate"  # or "dict"
     kill_worker_at: int = -1
     pause_at: int = -1
+    hold_at: int = -1
     fault_dir: str = ""
 
     def open(self, ctx: Any, part: int) -> Any:
@@ -215,6 +216,12 @@ def maybe_fault(opts: JobOptions, batch: int, part: int) -> None:
     if batch == opts.pause_at and _once(opts, "paused"):
         (Path(opts.fault_dir) / "executor-pid").write_text(str(_executor_pid() or ""))
         time.sleep(3600)  # the test kills the query or the executor now
+    if batch == opts.hold_at and _once(opts, "held"):
+        # the test breaks something outside Spark (e.g. fails Redis over), then releases us
+        release = Path(opts.fault_dir) / "release"
+        deadline = time.monotonic() + 300
+        while not release.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 # -- the APIs ---------------------------------------------------------------------------
@@ -443,6 +450,7 @@ def run_query(args: argparse.Namespace) -> int:
         state=args.state,
         kill_worker_at=args.kill_worker_at,
         pause_at=args.pause_at,
+        hold_at=args.hold_at,
         fault_dir=args.fault_dir,
     )
     spark = spark_session(args)

@@ -157,6 +157,10 @@ class RedisStorage:
                 replies = replies[1:]
             first = replies[0]
             if isinstance(first, rex.MovedError):
+                log.info(
+                    "slot moved: following it",
+                    extra={"slot": first.slot_id, "to": f"{first.host}:{first.port}"},
+                )
                 await cluster.nodes_manager.move_slot(first)
                 ask = None
                 continue
