@@ -207,3 +207,29 @@ def test_untrusted_certificate_is_a_clear_error_at_start(  # type: ignore[no-unt
     with pytest.raises(RuntimeError, match="did not start") as info:
         side.start(timeout=20)
     assert "CERTIFICATE_VERIFY_FAILED" in str(info.value), str(info.value)
+
+
+def test_scripts_are_reloaded_after_the_script_cache_is_flushed(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
+) -> None:
+    """A restarted or failed-over Redis has no scripts: NOSCRIPT reloads them."""
+    run_batch(sidecar.target, namespace, 0, 0)
+    redis_server.client().script_flush()
+    run_batch(sidecar.target, namespace, 0, 1)
+    got = decode_hash(redis_server.client().hgetall(data_key(namespace, 0)))
+    assert got == expected(2)
+
+
+def test_unix_socket_url_selects_the_db(
+    redis_server: RedisServer, tmp_path: Path, namespace: str
+) -> None:
+    import redis as redis_py
+
+    side = SidecarProcess(f"{redis_server.url}?db=3", tmp_path / "s.sock").start()
+    try:
+        run_batch(side.target, namespace, 0, 0)
+    finally:
+        side.kill()
+    db3 = redis_py.Redis(unix_socket_path=str(redis_server.socket), db=3)
+    assert decode_hash(db3.hgetall(data_key(namespace, 0))) == expected(1)
+    assert redis_server.client().exists(data_key(namespace, 0)) == 0
