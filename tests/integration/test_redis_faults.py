@@ -11,7 +11,13 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from taskstate.client import StorageUnavailableError
+from taskstate.client import (
+    DurabilityError,
+    LocalContext,
+    StorageUnavailableError,
+    TaskState,
+    _state,
+)
 from taskstate.testing import RedisServer, SidecarProcess
 from taskstate.testing.topologies import RedisNode, make_tls_material
 
@@ -142,9 +148,11 @@ def tls_redis(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unty
     tls = make_tls_material(d / "pki")
     node = RedisNode(d / "redis", tls=tls, password="admin-pw").start()  # noqa: S106
     node.client().execute_command("CONFIG", "SET", "requirepass", "admin-pw")
+    # exactly the user docs/redis.md recommends
     node.client().execute_command(
-        "ACL", "SETUSER", "tasks", "on", ">s3cr3t-pw", "~ts:*", "&*", "+@all", "-@dangerous",
-        "+info", "+config|get", "+script|load",
+        "ACL", "SETUSER", "tasks", "on", ">s3cr3t-pw", "~ts:*", "resetchannels", "-@all",
+        "+@read", "+@write", "+@scripting", "+@connection", "+info", "+config|get", "+wait",
+        "+cluster|slots", "+cluster|shards", "+cluster|nodes",
     )  # fmt: skip
     yield node, tls
     node.kill()
@@ -167,6 +175,17 @@ def test_tls_redis_with_acl_user(tls_redis, tmp_path: Path, namespace: str) -> N
         for b in range(3):
             run_batch(side.target, namespace, 0, b)
         assert health(side.target) == health_pb2.HealthCheckResponse.SERVING
+        # a state big enough to be restored page by page (HSCAN + INFO), fsynced refused
+        # for a clear reason (no AOF), not for a missing right
+        with TaskState(LocalContext(1, batch_id=0), component="c", namespace=namespace,
+                       sidecar=side.target) as s:  # fmt: skip
+            s.update({f"k{i}": i for i in range(12_000)})
+        _state._sessions.clear()  # a fresh worker: restore from Redis
+        with TaskState(LocalContext(1, batch_id=1), component="c", namespace=namespace,
+                       sidecar=side.target) as s:  # fmt: skip
+            assert s.info.restored and len(s) == 12_000 and s["k11999"] == 11_999
+        with pytest.raises(DurabilityError, match="appendonly=no"):
+            run_batch(side.target, namespace, 2, 0, durability="fsynced", give_up_s=0)
     finally:
         side.kill()
     assert decode_hash(node.client().hgetall(data_key(namespace, 0))) == expected(3)
