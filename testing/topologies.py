@@ -9,6 +9,7 @@ test can SIGKILL it, and `restart()` brings a node back with its data directory.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import socket
 import subprocess
 import tempfile
@@ -55,6 +56,11 @@ class TlsMaterial:
 
 def make_tls_material(directory: Path) -> TlsMaterial:
     """Create the CA and certificates with the `openssl` command line tool."""
+    if shutil.which("openssl") is None:
+        raise FileNotFoundError(
+            "openssl was not found; the TLS tests need it to make a test CA "
+            "(Debian/Ubuntu: sudo apt-get install openssl; bin/setup does this)"
+        )
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
 
@@ -307,7 +313,7 @@ class RedisClusterProcs:
         """A synchronous redis-py RedisCluster client."""
         from redis.cluster import ClusterNode, RedisCluster
 
-        live = [ClusterNode("127.0.0.1", n.port) for n in self.nodes if n.alive]
+        live = [ClusterNode("127.0.0.1", n.port) for n in self.nodes if n.alive]  # type: ignore[no-untyped-call]
         return RedisCluster(startup_nodes=live, require_full_coverage=False)
 
     def migrate_slot(self, slot: int, dst: RedisNode, *, per_key_delay_s: float = 0.0) -> int:
