@@ -12,6 +12,7 @@ from taskstate.sidecar.retry import is_permanent_connection_error, is_safe_to_re
 from taskstate.sidecar.storage.connect import (
     RedisSettings,
     RedisUrlError,
+    TlsFiles,
     create_client,
     parse,
     redact,
@@ -154,3 +155,30 @@ def test_not_retried(exc: Exception) -> None:
 def test_permanent_errors_are_recognised() -> None:
     assert is_permanent_connection_error(rex.AuthenticationError("x"))
     assert not is_permanent_connection_error(rex.ConnectionError("refused"))
+
+
+def test_tls_reaches_every_topology(tmp_path: Path) -> None:
+    from redis.asyncio.sentinel import SentinelManagedSSLConnection
+
+    ca = tmp_path / "ca.crt"
+    ca.write_text("x")
+    settings = RedisSettings.build("rediss+sentinel://s:1/m", tls=TlsFiles(ca=str(ca)))
+    _, c = create_client(settings, socket_timeout_s=1)
+    pool = c.connection_pool
+    assert pool.connection_class is SentinelManagedSSLConnection
+    assert pool.connection_kwargs["ssl_ca_certs"] == str(ca)
+    sentinel_kw = pool.sentinel_manager.sentinel_kwargs
+    assert sentinel_kw["ssl"] is True and sentinel_kw["ssl_ca_certs"] == str(ca)
+
+    _, c = create_client(settings.with_url("rediss+cluster://a:7000"), socket_timeout_s=1)
+    node_kw = c.nodes_manager.connection_kwargs
+    assert node_kw["ssl_ca_certs"] == str(ca)
+    assert node_kw["connection_class"].__name__ == "SSLConnection"
+
+    _, c = create_client(settings.with_url("rediss://h:6380/0"), socket_timeout_s=1)
+    assert c.connection_pool.connection_class.__name__ == "SSLConnection"
+
+
+def test_missing_tls_files_are_refused_at_start(tmp_path: Path) -> None:
+    with pytest.raises(RedisUrlError, match="TLS CA file"):
+        RedisSettings.build("rediss://h:1", tls=TlsFiles(ca=str(tmp_path / "nope")))
