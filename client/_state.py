@@ -20,7 +20,11 @@ import socket
 import threading
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from typing import Any, Literal
+
+import msgpack
+import orjson
 
 from taskstate.proto import taskstate_pb2 as pb
 
@@ -32,6 +36,10 @@ from ._transport import GrpcTransport
 
 _MISSING: Any = object()
 _ENTRY_OVERHEAD = 16
+# Values of these types cannot change in place, and orjson encodes them exactly as the
+# JSON codec does (an int beyond 64 bits raises and takes the codec's path for its error).
+_SCALARS = (str, int, bool, type(None))
+_IMMUTABLE = (str, int, float, bool, type(None))
 _REQUEST_HEADROOM = 64 << 10
 _DURABILITY = {
     (False, False): pb.DURABILITY_APPLIED,
@@ -159,6 +167,7 @@ class TaskState(MutableMapping[str, Any]):
         c = self.config
         self.task_id = f"{c.namespace}/{c.component}/{self._ident.partition}"
         self._codec: JsonCodec = CODECS[c.codec]
+        self._json = type(self._codec) is JsonCodec  # the scalar fast path in __setitem__
         self._transport = GrpcTransport(
             c.target,
             timeout_s=c.timeout_s,
@@ -362,14 +371,16 @@ class TaskState(MutableMapping[str, Any]):
         upserts: list[tuple[str, bytes]] = []
         deletes: list[str] = []
         enc = self._codec.encode
+        get = self._data.get
+        add = upserts.append
         for key, cached in self._written.items():
-            value = self._data.get(key, _MISSING)
+            value = get(key, _MISSING)
             if value is _MISSING:
                 deletes.append(key)
-            elif cached is not None and not _is_mutable(value):
-                upserts.append((key, cached))
+            elif cached is not None and (value.__class__ in _IMMUTABLE or not _is_mutable(value)):
+                add((key, cached))
             else:
-                upserts.append((key, enc(self.task_id, key, value)))
+                add((key, enc(self.task_id, key, value)))
         for key, before in self._snap.items():
             if key in self._written:
                 continue
@@ -415,8 +426,9 @@ class TaskState(MutableMapping[str, Any]):
                 req = pb.CommitRequest(
                     task=self._pb_task(),
                     epoch=session.epoch,
-                    upserts=[pb.Entry(key=k, value=v) for k, v in ups],
-                    deletes=dels,
+                    # one msgpack blob each: one C call, not a protobuf object per key
+                    packed_upserts=_pack(chain.from_iterable(ups)) if ups else b"",
+                    packed_deletes=_pack(dels) if dels else b"",
                     durability=durability,
                     replicas=c.durability.replicas,
                     writer=writer,
@@ -466,8 +478,16 @@ class TaskState(MutableMapping[str, Any]):
         return value
 
     def __setitem__(self, key: str, value: Any) -> None:
-        self._require_open()
-        encoded = self._codec.encode(self.task_id, key, value)  # fail here, not at commit
+        if self.phase is not Phase.OPEN:
+            self._require_open()
+        # fail here, not at commit; the common scalar case skips the codec's checks
+        if self._json and value.__class__ in _SCALARS and key.__class__ is str:
+            try:
+                encoded = orjson.dumps(value)
+            except TypeError:
+                encoded = self._codec.encode(self.task_id, key, value)
+        else:
+            encoded = self._codec.encode(self.task_id, key, value)
         self._data[key] = value
         self._absent.discard(key)
         self._written[key] = encoded
@@ -519,10 +539,21 @@ class TaskState(MutableMapping[str, Any]):
         return f"TaskState({self.task_id!r}, mode={self.config.mode!r}, phase={self.phase.value})"
 
 
+def _pack(items: Any) -> bytes:
+    """Msgpack array of str keys and bin values (the CommitRequest.packed_* form)."""
+    out: bytes = msgpack.packb(list(items), use_bin_type=True)
+    return out
+
+
 def _split(
     task: str, upserts: list[tuple[str, bytes]], deletes: list[str], budget: int
 ) -> list[tuple[list[tuple[str, bytes]], list[str]]]:
     """Cut a change set into pieces under `budget` bytes; one entry over it is an error."""
+    # the common case, cheaply: a key is at most 4 bytes per character in UTF-8
+    keys = chain((k for k, _ in upserts), deletes)
+    upper = 4 * sum(map(len, keys)) + sum(len(v) for _, v in upserts)
+    if upper + _ENTRY_OVERHEAD * (len(upserts) + len(deletes)) <= budget:
+        return [(upserts, deletes)]
     parts: list[tuple[list[tuple[str, bytes]], list[str]]] = [([], [])]
     size = 0
     for k, v in upserts:

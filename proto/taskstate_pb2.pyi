@@ -79,14 +79,16 @@ class OpenResponse(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., rolled_back: _Optional[bool] = ..., rolled_back_keys: _Optional[int] = ...) -> None: ...
 
 class RestoreRequest(_message.Message):
-    __slots__ = ("task", "epoch", "max_fields")
+    __slots__ = ("task", "epoch", "max_fields", "packed")
     TASK_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     MAX_FIELDS_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
     task: TaskId
     epoch: int
     max_fields: int
-    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., max_fields: _Optional[int] = ...) -> None: ...
+    packed: bool
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., max_fields: _Optional[int] = ..., packed: _Optional[bool] = ...) -> None: ...
 
 class Entry(_message.Message):
     __slots__ = ("key", "value")
@@ -97,17 +99,19 @@ class Entry(_message.Message):
     def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class RestoreChunk(_message.Message):
-    __slots__ = ("entries", "last", "version")
+    __slots__ = ("entries", "last", "version", "packed")
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     LAST_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[Entry]
     last: bool
     version: str
-    def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., last: _Optional[bool] = ..., version: _Optional[str] = ...) -> None: ...
+    packed: bytes
+    def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., last: _Optional[bool] = ..., version: _Optional[str] = ..., packed: _Optional[bytes] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
-    __slots__ = ("task", "epoch", "batch", "upserts", "deletes", "position", "has_position", "durability", "replicas", "writer")
+    __slots__ = ("task", "epoch", "batch", "upserts", "deletes", "position", "has_position", "durability", "replicas", "writer", "packed_upserts", "packed_deletes")
     TASK_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
@@ -118,6 +122,8 @@ class CommitRequest(_message.Message):
     DURABILITY_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     WRITER_FIELD_NUMBER: _ClassVar[int]
+    PACKED_UPSERTS_FIELD_NUMBER: _ClassVar[int]
+    PACKED_DELETES_FIELD_NUMBER: _ClassVar[int]
     task: TaskId
     epoch: int
     batch: int
@@ -128,7 +134,9 @@ class CommitRequest(_message.Message):
     durability: Durability
     replicas: int
     writer: Writer
-    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., batch: _Optional[int] = ..., upserts: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., deletes: _Optional[_Iterable[str]] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., durability: _Optional[_Union[Durability, str]] = ..., replicas: _Optional[int] = ..., writer: _Optional[_Union[Writer, _Mapping]] = ...) -> None: ...
+    packed_upserts: bytes
+    packed_deletes: bytes
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., batch: _Optional[int] = ..., upserts: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., deletes: _Optional[_Iterable[str]] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., durability: _Optional[_Union[Durability, str]] = ..., replicas: _Optional[int] = ..., writer: _Optional[_Union[Writer, _Mapping]] = ..., packed_upserts: _Optional[bytes] = ..., packed_deletes: _Optional[bytes] = ...) -> None: ...
 
 class CommitResponse(_message.Message):
     __slots__ = ("version", "size", "replicas_acked")

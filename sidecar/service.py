@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
+import msgpack
 from grpc import aio
 
 from taskstate.proto import codes, ids
@@ -112,6 +113,39 @@ def _naming_task(exc: SidecarError, request: Any) -> SidecarError:
         return exc
     fq = f"{task.namespace}/{task.component}/{task.partition}"
     return SidecarError(exc.code, f"task {fq}: {exc.message}")
+
+
+def _unpack_array(blob: bytes, fq: str, what: str) -> list[Any]:
+    try:
+        items = msgpack.unpackb(blob, raw=False, use_list=True, strict_map_key=True)
+    except Exception as exc:  # ExtraData, FormatError, StackError, UnicodeDecodeError, ...
+        raise _bad(f"task {fq}: {what} is not a msgpack array ({type(exc).__name__})") from None
+    if not isinstance(items, list):
+        raise _bad(f"task {fq}: {what} is not a msgpack array")
+    return items
+
+
+def _unpack_keys(blob: bytes, fq: str, what: str) -> list[str]:
+    keys = _unpack_array(blob, fq, what)
+    if not all(k.__class__ is str for k in keys):
+        raise _bad(f"task {fq}: {what} holds a key that is not a UTF-8 string")
+    return keys
+
+
+def _unpack_upserts(blob: bytes, fq: str) -> list[tuple[str, bytes]]:
+    """`CommitRequest.packed_upserts` -> pairs, each checked (str key, non-empty bytes)."""
+    flat = _unpack_array(blob, fq, "packed_upserts")
+    keys, values = flat[0::2], flat[1::2]
+    if len(keys) != len(values):
+        raise _bad(f"task {fq}: packed_upserts has a key without a value")
+    if not all(k.__class__ is str for k in keys):
+        raise _bad(f"task {fq}: packed_upserts holds a key that is not a UTF-8 string")
+    if not all(v.__class__ is bytes and v for v in values):
+        bad = next(
+            k for k, v in zip(keys, values, strict=True) if v.__class__ is not bytes or not v
+        )
+        raise _bad(f"task {fq}: key {bad[:80]!r} has an empty or non-binary encoded value")
+    return list(zip(keys, values, strict=True))
 
 
 class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]  # no .pyi
@@ -226,6 +260,10 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                 if not v:
                     raise _bad(f"task {task.fq}: key {k[:80]!r} has an empty encoded value")
             deletes = list(request.deletes)
+            if request.packed_upserts:
+                upserts.extend(_unpack_upserts(request.packed_upserts, task.fq))
+            if request.packed_deletes:
+                deletes.extend(_unpack_keys(request.packed_deletes, task.fq, "packed_deletes"))
             if deletes and not set(deletes).isdisjoint(k for k, _ in upserts):
                 raise _bad(f"task {task.fq}: a key is both upserted and deleted in one commit")
             r = await self.storage.commit(

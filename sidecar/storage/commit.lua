@@ -2,18 +2,29 @@
 -- KEYS: 1 meta, 2 data, 3 undo
 -- ARGV: 1 epoch, 2 batch ('' for batch jobs), 3 position ('+' .. bytes, or '' for none),
 --       4 now, 5 writer, 6 number of upserts N, then N key/value pairs, then deleted keys
--- The rollback record (undo hash) keeps, for every key the batch touched, its value
--- before the batch ('' when it did not exist). The first commit of a new batch starts a
--- new record; later commits of the same batch (group-scoped commits, retries) add only
--- keys not yet recorded, so a retried commit is idempotent.
+-- The rollback record (undo) is made by the first commit of a new batch, in one of two
+-- modes (meta undo_mode):
+--   'copy'   when the batch's first change set touches at least a quarter as many keys as
+--            the state holds: undo is a COPY of the data hash as it was (one C-level copy,
+--            several times cheaper per key than recording keys one by one); later commits
+--            of the batch record nothing; a rollback RENAMEs it back.
+--   'fields' otherwise: undo is a hash of, for every key the batch touched, its value
+--            before the batch ('' when it did not exist); later commits of the same batch
+--            (group-scoped commits, retries) add only keys not yet recorded, so a retried
+--            commit is idempotent.
 -- Returns {version, size}. Errors: TSFENCED <epoch>, TSAHEAD <last>. An error writes nothing.
 local meta, data, undo = KEYS[1], KEYS[2], KEYS[3]
-local m = redis.call('HMGET', meta, 'epoch', 'batch', 'undo_batch', 'pos', 'ver', 'gen')
+local m = redis.call('HMGET', meta, 'epoch', 'batch', 'undo_batch', 'pos', 'ver', 'gen',
+  'undo_mode')
 if m[1] == false or tonumber(m[1]) ~= tonumber(ARGV[1]) then
   return redis.error_reply('TSFENCED ' .. tostring(m[1]))
 end
 local has_batch = ARGV[2] ~= ''
 local track = false
+local fresh = false
+local n = tonumber(ARGV[6])
+local first_del = 7 + 2 * n
+local nchanges = n + #ARGV - first_del + 1
 if has_batch then
   local batch = tonumber(ARGV[2])
   local last = tonumber(m[2] or '-1')
@@ -24,59 +35,60 @@ if has_batch then
     redis.call('DEL', undo)
     local prev_pos = ''
     if m[4] then prev_pos = '+' .. m[4] end
+    local mode = 'fields'
+    if redis.call('HLEN', data) <= 4 * nchanges then
+      mode = 'copy'
+      redis.call('COPY', data, undo)  -- copies nothing when there is no data yet
+    end
     redis.call('HSET', meta, 'undo_batch', ARGV[2], 'prev_batch', m[2] or '-1',
-      'prev_pos', prev_pos, 'batch', ARGV[2])
+      'prev_pos', prev_pos, 'batch', ARGV[2], 'undo_mode', mode, 'undo_n', '0')
+    m[7] = mode
+    fresh = true
   end
-  track = true
+  if m[7] == 'copy' then
+    redis.call('HINCRBY', meta, 'undo_n', nchanges)
+  else
+    track = true
+  end
 end
-local n = tonumber(ARGV[6])
-local first_del = 7 + 2 * n
 local CH = 2000
+-- Record, for the keys ks[1..#ks] not yet in the rollback record, their value before the
+-- batch ('' when absent). On the first commit of a batch the record is empty: no lookup.
+local function remember(ks)
+  local old = redis.call('HMGET', data, unpack(ks))
+  local seen = {}
+  if not fresh then seen = redis.call('HMGET', undo, unpack(ks)) end
+  local rec = {}
+  for j = 1, #ks do
+    if fresh or seen[j] == false then
+      rec[#rec + 1] = ks[j]
+      rec[#rec + 1] = old[j] or ''
+    end
+  end
+  if #rec > 0 then redis.call('HSET', undo, unpack(rec)) end
+end
 -- upserts, in chunks (unpack has a stack limit)
 local i = 7
 while i < first_del do
   local stop = math.min(i + 2 * CH, first_del) - 1
-  local ks = {}
-  local kv = {}
-  for j = i, stop, 2 do
-    ks[#ks + 1] = ARGV[j]
-    kv[#kv + 1] = ARGV[j]
-    kv[#kv + 1] = ARGV[j + 1]
-  end
   if track then
-    local seen = redis.call('HMGET', undo, unpack(ks))
-    local old = redis.call('HMGET', data, unpack(ks))
-    local rec = {}
-    for j = 1, #ks do
-      if seen[j] == false then
-        rec[#rec + 1] = ks[j]
-        rec[#rec + 1] = old[j] or ''
-      end
-    end
-    if #rec > 0 then redis.call('HSET', undo, unpack(rec)) end
+    local ks = {}
+    for j = i, stop, 2 do ks[#ks + 1] = ARGV[j] end
+    remember(ks)
   end
-  redis.call('HSET', data, unpack(kv))
+  redis.call('HSET', data, unpack(ARGV, i, stop))
   i = stop + 1
 end
 -- deletes
 i = first_del
 while i <= #ARGV do
   local stop = math.min(i + CH, #ARGV + 1) - 1
-  local ks = {}
-  for j = i, stop do ks[#ks + 1] = ARGV[j] end
   if track then
-    local seen = redis.call('HMGET', undo, unpack(ks))
-    local old = redis.call('HMGET', data, unpack(ks))
-    local rec = {}
-    for j = 1, #ks do
-      if seen[j] == false then
-        rec[#rec + 1] = ks[j]
-        rec[#rec + 1] = old[j] or ''
-      end
-    end
-    if #rec > 0 then redis.call('HSET', undo, unpack(rec)) end
+    local ks = {}
+    for j = i, stop do ks[#ks + 1] = ARGV[j] end
+    remember(ks)
   end
-  redis.call('HDEL', data, unpack(ks))
+  redis.call('HDEL', data, unpack(ARGV, i, stop))
   i = stop + 1
 end
 if ARGV[3] ~= '' then

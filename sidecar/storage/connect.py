@@ -23,9 +23,15 @@ from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.connection import Connection
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel, SentinelManagedSSLConnection
 from redis.backoff import NoBackoff
+
+try:
+    import hiredis
+except ImportError:  # pragma: no cover - hiredis is a dependency; stay correct without it
+    hiredis = None  # type: ignore[assignment]
 
 Kind = Literal["standalone", "sentinel", "cluster"]
 
@@ -256,8 +262,48 @@ def _common_kwargs(
     return kw
 
 
+class _HiredisPacking:
+    """Mixin: pack commands with hiredis' C packer.
+
+    redis-py's asyncio connections pack in Python, which costs more than Redis itself for
+    a 10,000-field commit (about 4 µs per argument against 0.1 µs).
+    """
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        if isinstance(args[0], str) and " " in args[0]:  # e.g. "CONFIG GET"
+            args = (*args[0].split(), *args[1:])
+        return [hiredis.pack_command(args)]
+
+
+_fast_classes: dict[type, type] = {}
+
+
+def _fast(cls: type) -> type:
+    """`cls` with hiredis packing (the class itself when hiredis is missing)."""
+    if hiredis is None or issubclass(cls, _HiredisPacking):
+        return cls
+    if cls not in _fast_classes:
+        _fast_classes[cls] = type(f"Hiredis{cls.__name__}", (_HiredisPacking, cls), {})
+    return _fast_classes[cls]
+
+
+def _use_fast_packing(kind: Kind, client: Any) -> Any:
+    if kind == "cluster":
+        kw = client.nodes_manager.connection_kwargs
+        kw["connection_class"] = _fast(kw.get("connection_class", Connection))
+    else:
+        pool = client.connection_pool
+        pool.connection_class = _fast(pool.connection_class)
+    return client
+
+
 def create_client(settings: RedisSettings, *, socket_timeout_s: float) -> tuple[Kind, Any]:
     """A redis.asyncio client for the URL's topology (not connected yet)."""
+    kind, client = _create_client(settings, socket_timeout_s=socket_timeout_s)
+    return kind, _use_fast_packing(kind, client)
+
+
+def _create_client(settings: RedisSettings, *, socket_timeout_s: float) -> tuple[Kind, Any]:
     parsed = parse(settings.url)
     kw = _common_kwargs(settings, parsed, socket_timeout_s)
     if parsed.kind == "cluster":

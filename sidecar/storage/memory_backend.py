@@ -27,6 +27,8 @@ class _Task:
     ver: int = 0
     codec: str = ""
     undo: dict[str, bytes | None] = field(default_factory=dict)
+    undo_copy: dict[str, bytes] | None = None  # "copy" mode: the data before the batch
+    undo_n: int = 0  # "copy" mode: keys written by the batch (counted per commit)
     undo_batch: int | None = None
     prev_batch: int = -1
     prev_position: bytes | None = None
@@ -85,13 +87,18 @@ class MemoryStorage:
         t.last_writer = writer
         rolled, n = False, 0
         if replay:
-            for k, old in t.undo.items():
-                if old is _ABSENT:
-                    t.data.pop(k, None)
-                else:
-                    t.data[k] = old
-            n = len(t.undo)
+            if t.undo_copy is not None:
+                t.data = t.undo_copy
+                n = t.undo_n
+            else:
+                for k, old in t.undo.items():
+                    if old is _ABSENT:
+                        t.data.pop(k, None)
+                    else:
+                        t.data[k] = old
+                n = len(t.undo)
             t.undo = {}
+            t.undo_copy = None
             t.undo_batch = None
             t.batch = t.prev_batch
             t.position = t.prev_position
@@ -132,15 +139,23 @@ class MemoryStorage:
         if batch is not None:
             if batch < t.batch:
                 raise errors.state_ahead(task.fq, t.batch, batch)
+            changes = len(upserts) + len(deletes)
             if batch > t.batch or t.undo_batch != batch:
                 t.undo = {}
+                # the same rule as commit.lua: a whole copy when the batch touches at
+                # least a quarter as many keys as the state holds
+                t.undo_copy = dict(t.data) if len(t.data) <= 4 * changes else None
+                t.undo_n = 0
                 t.undo_batch = batch
                 t.prev_batch = t.batch
                 t.prev_position = t.position
                 t.batch = batch
-            for k in [k for k, _ in upserts] + list(deletes):
-                if k not in t.undo:
-                    t.undo[k] = t.data.get(k, _ABSENT)
+            if t.undo_copy is not None:
+                t.undo_n += changes
+            else:
+                for k in [k for k, _ in upserts] + list(deletes):
+                    if k not in t.undo:
+                        t.undo[k] = t.data.get(k, _ABSENT)
         for k, v in upserts:
             t.data[k] = v
         for k in deletes:

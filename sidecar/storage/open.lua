@@ -7,7 +7,7 @@
 -- Errors: TSAHEAD <last>, TSCORRUPT <what>, TSCODEC <stored codec>. An error writes nothing.
 local meta, data, undo = KEYS[1], KEYS[2], KEYS[3]
 local m = redis.call('HMGET', meta, 'layout', 'epoch', 'batch', 'gen', 'ver', 'codec',
-  'undo_batch', 'prev_batch', 'prev_pos', 'pos')
+  'undo_batch', 'prev_batch', 'prev_pos', 'pos', 'undo_mode', 'undo_n')
 if m[1] and m[1] ~= '1' then
   return redis.error_reply('TSCORRUPT layout version ' .. tostring(m[1]) .. ' is not 1')
 end
@@ -35,16 +35,26 @@ if has_batch and last == batch and last >= 0 then
     -- the checkpoint is older than the state
     return redis.error_reply('TSNOUNDO ' .. string.format('%d', last))
   end
-  local u = redis.call('HGETALL', undo)
-  for i = 1, #u, 2 do
-    if u[i + 1] == '' then
-      redis.call('HDEL', data, u[i])
+  if m[11] == 'copy' then
+    -- undo is the data as it was before the batch (absent: there was none)
+    if redis.call('EXISTS', undo) == 1 then
+      redis.call('RENAME', undo, data)
     else
-      redis.call('HSET', data, u[i], u[i + 1])
+      redis.call('DEL', data)
     end
+    nrolled = tonumber(m[12] or '0')
+  else
+    local u = redis.call('HGETALL', undo)
+    for i = 1, #u, 2 do
+      if u[i + 1] == '' then
+        redis.call('HDEL', data, u[i])
+      else
+        redis.call('HSET', data, u[i], u[i + 1])
+      end
+    end
+    nrolled = #u / 2
+    redis.call('DEL', undo)
   end
-  nrolled = #u / 2
-  redis.call('DEL', undo)
   local prev = m[8] or '-1'
   redis.call('HSET', meta, 'batch', prev)
   last = tonumber(prev)
@@ -56,7 +66,7 @@ if has_batch and last == batch and last >= 0 then
     pos = nil
     redis.call('HDEL', meta, 'pos')
   end
-  redis.call('HDEL', meta, 'undo_batch', 'prev_batch', 'prev_pos')
+  redis.call('HDEL', meta, 'undo_batch', 'prev_batch', 'prev_pos', 'undo_mode', 'undo_n')
   redis.call('HINCRBY', meta, 'rollbacks', 1)
   ver = ver + 1
   rolled = 1

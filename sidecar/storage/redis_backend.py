@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from importlib import resources
+from itertools import chain
 from typing import Any, TypeVar
 
 import redis.exceptions as rex
@@ -443,11 +444,9 @@ class RedisStorage:
             f"{time.time():.3f}",
             writer,
             str(len(upserts)),
+            *chain.from_iterable(upserts),
+            *deletes,
         ]
-        for k, v in upserts:
-            args.append(k)
-            args.append(v)
-        args.extend(deletes)
         wait = await self._durability_wait(durability, task)
 
         async def call() -> Any:

@@ -158,6 +158,7 @@ def test_permanent_errors_are_recognised() -> None:
 
 
 def test_tls_reaches_every_topology(tmp_path: Path) -> None:
+    from redis.asyncio.connection import SSLConnection
     from redis.asyncio.sentinel import SentinelManagedSSLConnection
 
     ca = tmp_path / "ca.crt"
@@ -165,7 +166,7 @@ def test_tls_reaches_every_topology(tmp_path: Path) -> None:
     settings = RedisSettings.build("rediss+sentinel://s:1/m", tls=TlsFiles(ca=str(ca)))
     _, c = create_client(settings, socket_timeout_s=1)
     pool = c.connection_pool
-    assert pool.connection_class is SentinelManagedSSLConnection
+    assert issubclass(pool.connection_class, SentinelManagedSSLConnection)
     assert pool.connection_kwargs["ssl_ca_certs"] == str(ca)
     sentinel_kw = pool.sentinel_manager.sentinel_kwargs
     assert sentinel_kw["ssl"] is True and sentinel_kw["ssl_ca_certs"] == str(ca)
@@ -173,10 +174,10 @@ def test_tls_reaches_every_topology(tmp_path: Path) -> None:
     _, c = create_client(settings.with_url("rediss+cluster://a:7000"), socket_timeout_s=1)
     node_kw = c.nodes_manager.connection_kwargs
     assert node_kw["ssl_ca_certs"] == str(ca)
-    assert node_kw["connection_class"].__name__ == "SSLConnection"
+    assert issubclass(node_kw["connection_class"], SSLConnection)
 
     _, c = create_client(settings.with_url("rediss://h:6380/0"), socket_timeout_s=1)
-    assert c.connection_pool.connection_class.__name__ == "SSLConnection"
+    assert issubclass(c.connection_pool.connection_class, SSLConnection)
 
 
 def test_missing_tls_files_are_refused_at_start(tmp_path: Path) -> None:
