@@ -321,13 +321,25 @@ class TaskState(MutableMapping[str, Any]):
         data: dict[str, Any] = {}
         decode = self._codec.decode
         task = self.task_id
+        loads = orjson.loads if self._json else None
 
         def on_chunk(chunk: pb.RestoreChunk) -> None:
             for e in chunk.entries:
                 data[e.key] = decode(task, e.key, e.value)
+            if chunk.packed:
+                flat = msgpack.unpackb(chunk.packed, raw=False)
+                keys, values = flat[0::2], flat[1::2]
+                if loads is not None:
+                    try:
+                        data.update(zip(keys, map(loads, values), strict=True))
+                        return
+                    except orjson.JSONDecodeError:
+                        pass  # the slow path below names the bad key
+                for k, v in zip(keys, values, strict=True):
+                    data[k] = decode(task, k, v)
 
         version = self._transport.restore(
-            pb.RestoreRequest(task=self._pb_task(), epoch=session.epoch),
+            pb.RestoreRequest(task=self._pb_task(), epoch=session.epoch, packed=True),
             task,
             on_chunk,
             data.clear,

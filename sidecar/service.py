@@ -7,8 +7,9 @@ taskstate code (`taskstate.proto.codes`); no Python traceback crosses the wire.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from itertools import chain
 from typing import Any, NoReturn, TypeVar
 
 import msgpack
@@ -115,6 +116,23 @@ def _naming_task(exc: SidecarError, request: Any) -> SidecarError:
     return SidecarError(exc.code, f"task {fq}: {exc.message}")
 
 
+def _pieces(items: Sequence[tuple[str, bytes]]) -> list[Sequence[tuple[str, bytes]]]:
+    """`items` cut into pieces of about CHUNK_BYTES (usually one piece: a storage page)."""
+    total = sum(len(v) for _, v in items) + sum(len(k) for k, _ in items)
+    if total <= CHUNK_BYTES:
+        return [items]
+    out: list[Sequence[tuple[str, bytes]]] = []
+    start, size = 0, 0
+    for i, (k, v) in enumerate(items):
+        size += len(k) + len(v) + 8
+        if size >= CHUNK_BYTES:
+            out.append(items[start : i + 1])
+            start, size = i + 1, 0
+    if start < len(items):
+        out.append(items[start:])
+    return out
+
+
 def _unpack_array(blob: bytes, fq: str, what: str) -> list[Any]:
     try:
         items = msgpack.unpackb(blob, raw=False, use_list=True, strict_map_key=True)
@@ -127,7 +145,7 @@ def _unpack_array(blob: bytes, fq: str, what: str) -> list[Any]:
 
 def _unpack_keys(blob: bytes, fq: str, what: str) -> list[str]:
     keys = _unpack_array(blob, fq, what)
-    if not all(k.__class__ is str for k in keys):
+    if keys and set(map(type, keys)) != {str}:
         raise _bad(f"task {fq}: {what} holds a key that is not a UTF-8 string")
     return keys
 
@@ -138,9 +156,10 @@ def _unpack_upserts(blob: bytes, fq: str) -> list[tuple[str, bytes]]:
     keys, values = flat[0::2], flat[1::2]
     if len(keys) != len(values):
         raise _bad(f"task {fq}: packed_upserts has a key without a value")
-    if not all(k.__class__ is str for k in keys):
+    # C-level checks: these run over every key of every commit
+    if keys and set(map(type, keys)) != {str}:
         raise _bad(f"task {fq}: packed_upserts holds a key that is not a UTF-8 string")
-    if not all(v.__class__ is bytes and v for v in values):
+    if values and (set(map(type, values)) != {bytes} or b"" in values):
         bad = next(
             k for k, v in zip(keys, values, strict=True) if v.__class__ is not bytes or not v
         )
@@ -227,6 +246,11 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
             n = request.max_fields or DEFAULT_CHUNK_FIELDS
             n = max(1, min(n, MAX_CHUNK_FIELDS))
             async for items in self.storage.restore(task, epoch, n):
+                if request.packed:
+                    for piece in _pieces(items):
+                        flat = list(chain.from_iterable(piece))
+                        yield pb.RestoreChunk(packed=msgpack.packb(flat, use_bin_type=True))
+                    continue
                 entries: list[pb.Entry] = []
                 size = 0
                 for k, v in items:

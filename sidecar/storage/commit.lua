@@ -32,7 +32,7 @@ if has_batch then
     return redis.error_reply('TSAHEAD ' .. string.format('%d', last))
   end
   if batch > last or tonumber(m[3] or '-2') ~= batch then
-    redis.call('DEL', undo)
+    redis.call('UNLINK', undo)  -- freed off the main thread
     local prev_pos = ''
     if m[4] then prev_pos = '+' .. m[4] end
     local mode = 'fields'

@@ -38,9 +38,10 @@ if has_batch and last == batch and last >= 0 then
   if m[11] == 'copy' then
     -- undo is the data as it was before the batch (absent: there was none)
     if redis.call('EXISTS', undo) == 1 then
+      redis.call('UNLINK', data)  -- freed off the main thread
       redis.call('RENAME', undo, data)
     else
-      redis.call('DEL', data)
+      redis.call('UNLINK', data)
     end
     nrolled = tonumber(m[12] or '0')
   else
