@@ -31,7 +31,7 @@ from taskstate.proto import taskstate_pb2 as pb
 from ._codec import CODECS, JsonCodec
 from ._config import TaskStateConfig
 from ._context import current_context, identity
-from ._errors import ConfigError, LimitError, TaskStateError
+from ._errors import CodecError, ConfigError, LimitError, TaskStateError
 from ._transport import GrpcTransport
 
 _MISSING: Any = object()
@@ -327,7 +327,10 @@ class TaskState(MutableMapping[str, Any]):
             for e in chunk.entries:
                 data[e.key] = decode(task, e.key, e.value)
             if chunk.packed:
-                flat = msgpack.unpackb(chunk.packed, raw=False)
+                try:
+                    flat = msgpack.unpackb(chunk.packed, raw=False)
+                except UnicodeDecodeError:  # stored bytes that are not UTF-8: name the key
+                    flat = _name_bad_utf8(task, msgpack.unpackb(chunk.packed, raw=True))
                 keys, values = flat[0::2], flat[1::2]
                 if loads is not None:
                     try:
@@ -549,6 +552,23 @@ class TaskState(MutableMapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"TaskState({self.task_id!r}, mode={self.config.mode!r}, phase={self.phase.value})"
+
+
+def _name_bad_utf8(task: str, raw: list[bytes]) -> list[Any]:
+    """Raise the CodecError for the first stored key or value that is not UTF-8 text."""
+    for k, v in zip(raw[0::2], raw[1::2], strict=True):
+        key = k.decode(errors="replace")
+        try:
+            k.decode()
+            v.decode()
+        except UnicodeDecodeError:
+            raise CodecError(
+                f"task {task}: stored key {key[:80]!r} (or its value) is not UTF-8 text; it "
+                "was not written by taskstate. Operator action: inspect it with `taskstate "
+                f"show {task}` and fix or drop the key.",
+                task,
+            ) from None
+    return [x.decode() for x in raw]
 
 
 def _pack(items: Any) -> bytes:

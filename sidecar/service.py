@@ -116,12 +116,14 @@ def _naming_task(exc: SidecarError, request: Any) -> SidecarError:
     return SidecarError(exc.code, f"task {fq}: {exc.message}")
 
 
-def _pieces(items: Sequence[tuple[str, bytes]]) -> list[Sequence[tuple[str, bytes]]]:
+def _pieces(
+    items: Sequence[tuple[str | bytes, bytes]],
+) -> list[Sequence[tuple[str | bytes, bytes]]]:
     """`items` cut into pieces of about CHUNK_BYTES (usually one piece: a storage page)."""
     total = sum(len(v) for _, v in items) + sum(len(k) for k, _ in items)
     if total <= CHUNK_BYTES:
         return [items]
-    out: list[Sequence[tuple[str, bytes]]] = []
+    out: list[Sequence[tuple[str | bytes, bytes]]] = []
     start, size = 0, 0
     for i, (k, v) in enumerate(items):
         size += len(k) + len(v) + 8
@@ -248,13 +250,16 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
             async for items in self.storage.restore(task, epoch, n):
                 if request.packed:
                     for piece in _pieces(items):
+                        # keys and values as msgpack raw strings, straight from Redis: the
+                        # client decodes (and UTF-8-checks) them in C
                         flat = list(chain.from_iterable(piece))
-                        yield pb.RestoreChunk(packed=msgpack.packb(flat, use_bin_type=True))
+                        yield pb.RestoreChunk(packed=msgpack.packb(flat, use_bin_type=False))
                     continue
                 entries: list[pb.Entry] = []
                 size = 0
                 for k, v in items:
-                    entries.append(pb.Entry(key=k, value=v))
+                    key = k if isinstance(k, str) else k.decode()
+                    entries.append(pb.Entry(key=key, value=v))
                     size += len(k) + len(v) + 8
                     if size >= CHUNK_BYTES:
                         yield pb.RestoreChunk(entries=entries)

@@ -107,7 +107,7 @@ class Storage(Protocol):
 
     def restore(
         self, task: TaskKey, epoch: int, max_fields: int
-    ) -> AsyncIterator[Sequence[tuple[str, bytes]]]:
+    ) -> AsyncIterator[Sequence[tuple[str | bytes, bytes]]]:
         """Yield the state in chunks of at most `max_fields` entries; fenced by epoch."""
         ...
 

@@ -109,7 +109,7 @@ class MemoryStorage:
 
     async def restore(
         self, task: TaskKey, epoch: int, max_fields: int
-    ) -> AsyncIterator[Sequence[tuple[str, bytes]]]:
+    ) -> AsyncIterator[Sequence[tuple[str | bytes, bytes]]]:
         """Yield the state in chunks."""
         self._fault("restore")
         t = self.tasks.get(task)

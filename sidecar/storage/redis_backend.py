@@ -345,14 +345,14 @@ class RedisStorage:
 
     async def restore(
         self, task: TaskKey, epoch: int, max_fields: int
-    ) -> AsyncIterator[Sequence[tuple[str, bytes]]]:
+    ) -> AsyncIterator[Sequence[tuple[str | bytes, bytes]]]:
         """Yield the state in chunks; memory is bounded by one chunk, not the state."""
         meta, data, _ = task_keys(task)
         await self._check_epoch(task, meta, epoch)
         size = await self._run("restore", lambda: self._redis.hlen(data))
         if size <= min(_HGETALL_MAX, max_fields):
             items: dict[Any, Any] = await self._run("restore", lambda: self._hgetall(data))
-            yield [(k.decode(), v) for k, v in items.items()]
+            yield list(items.items())  # keys stay UTF-8 bytes: no per-field work
         else:
             # An HSCAN cursor means something only to the server that issued it: a failover,
             # a restart or a slot migration mid-scan starts the scan again. Fields sent
@@ -384,7 +384,7 @@ class RedisStorage:
                     continue
                 server = served_by
                 if items:
-                    yield [(k.decode(), v) for k, v in items.items()]
+                    yield list(items.items())  # keys stay UTF-8 bytes: no per-field work
                 if cursor == 0:
                     break
         # A newer claim during the scan makes what we sent unreliable: fail, do not guess.

@@ -1,0 +1,344 @@
+"""taskstate's speed against the limits, as ratios measured in the same run.
+
+    python -m benchmarks [--quick] [--json FILE] [--only commit,restore,latency]
+
+Every figure runs the real path (client -> sidecar process -> redis-server, both on Unix
+sockets in a temp directory) and a baseline on the same Redis in the same run, because
+these machines are noisy. Each figure also checks its own result (the committed hash,
+the restored mapping), so a broken path cannot produce a fast number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from taskstate.client import LocalContext, TaskState, _state
+from taskstate.testing import RedisServer, SidecarProcess
+
+
+@dataclass
+class Figure:
+    """One measured figure: ours against the baseline (ratio > 1 means we are faster)."""
+
+    name: str
+    ours: float
+    baseline: float
+    unit: str
+    ratio: float
+    target: str
+    met: bool
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def _value(i: int, batch: int, size: int = 100) -> str:
+    """A value whose JSON encoding is `size` bytes."""
+    tag = f"{i}-{batch}-"
+    return tag + "x" * (size - 2 - len(tag))
+
+
+def _say(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+# -- 1. commit throughput ------------------------------------------------------------------
+
+
+def commit_throughput(redis: RedisServer, target: str, fields: int, repeats: int) -> Figure:
+    """A block that writes `fields` keys and commits, against pipelined HSET of the same."""
+    keys = [f"key-{i}" for i in range(fields)]
+    ours, base = [], []
+    ns = f"bench-commit-{os.getpid()}"
+    c = redis.client()
+    for b in range(repeats + 1):  # batch 0 creates the keys; then every batch rewrites them
+        values = [_value(i, b) for i in range(fields)]
+        t0 = time.perf_counter()
+        with TaskState(LocalContext(0, batch_id=b), component="c", namespace=ns,
+                       sidecar=target) as s:  # fmt: skip
+            for k, v in zip(keys, values, strict=True):
+                s[k] = v
+        took = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        pipe = c.pipeline(transaction=False)
+        enc = [orjson.dumps(v) for v in values]
+        for j in range(0, fields, 1000):
+            chunk = zip(keys[j : j + 1000], enc[j : j + 1000], strict=True)
+            pipe.hset("bench:baseline", mapping=dict(chunk))
+        pipe.execute()
+        took_base = time.perf_counter() - t0
+        if b:
+            ours.append(took)
+            base.append(took_base)
+    data = c.hgetall("ts:{" + f"{ns}/c/0" + "}:data")
+    want = {k.encode(): orjson.dumps(_value(i, repeats)) for i, k in enumerate(keys)}
+    if data != want:
+        raise AssertionError("commit benchmark: Redis does not hold what was committed")
+    o, bl = statistics.median(ours), statistics.median(base)
+    ratio = bl / o
+    return Figure(
+        f"commit {fields:,} fields", fields / o, fields / bl, "fields/s", ratio,
+        ">= 0.5", ratio >= 0.5,
+        {"ours_ms": o * 1e3, "baseline_ms": bl * 1e3, "repeats": repeats,
+         "baseline": "redis-py pipelined HSET in 1,000-field chunks, orjson-encoded"},
+    )  # fmt: skip
+
+
+# -- 2. restore throughput and 6. sidecar RSS --------------------------------------------
+
+
+def _rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _fill(redis: RedisServer, target: str, ns: str, fields: int) -> None:
+    """A `fields`-field state: created by a block, its data written with pipelined HSET."""
+    with TaskState(LocalContext(0), component="c", namespace=ns, sidecar=target) as s:
+        s["seed"] = 0
+    c = redis.client()
+    key = "ts:{" + f"{ns}/c/0" + "}:data"
+    pipe = c.pipeline(transaction=False)
+    for j in range(0, fields, 5000):
+        pipe.hset(
+            key,
+            mapping={f"k{i}": orjson.dumps(_value(i, 0)) for i in range(j, min(fields, j + 5000))},
+        )
+        if len(pipe) >= 20:
+            pipe.execute()
+    pipe.execute()
+    c.hdel(key, "seed")
+
+
+def _restore_once(target: str, ns: str, side_pid: int) -> tuple[float, int, TaskState]:
+    _state._sessions.clear()  # noqa: SLF001 - a fresh Python worker
+    peak = [0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.is_set():
+            peak[0] = max(peak[0], _rss_kb(side_pid))
+            time.sleep(0.005)
+
+    before = _rss_kb(side_pid)
+    t = threading.Thread(target=sample)
+    t.start()
+    t0 = time.perf_counter()
+    s = TaskState(LocalContext(0), component="c", namespace=ns, sidecar=target)
+    s.__enter__()
+    took = time.perf_counter() - t0
+    stop.set()
+    t.join()
+    s.__exit__(None, None, None)
+    return took, max(peak[0] - before, 0), s
+
+
+def restore_throughput(
+    redis: RedisServer, side: SidecarProcess, fields: int, small: int, repeats: int
+) -> list[Figure]:
+    """Restore `fields` fields into the mapping, against redis-py HSCAN of the same hash."""
+    assert side.proc is not None  # noqa: S101
+    pid = side.proc.pid
+    out = []
+    growth = {}
+    for n in (small, fields):
+        ns = f"bench-restore-{n}-{os.getpid()}"
+        _say(f"restore: writing a {n:,}-field state")
+        _fill(redis, side.target, ns, n)
+        key = "ts:{" + f"{ns}/c/0" + "}:data"
+        c = redis.client()
+        ours, base, rss = [], [], []
+        for _ in range(repeats):
+            took, grew, s = _restore_once(side.target, ns, pid)
+            ours.append(took)
+            rss.append(grew)
+            if s.info.size != n:
+                raise AssertionError(f"restore benchmark: {s.info.size} fields, not {n}")
+            t0 = time.perf_counter()
+            got: dict[bytes, bytes] = {}
+            cursor = 0
+            while True:
+                cursor, items = c.hscan(key, cursor, count=2000)
+                got.update(items)
+                if cursor == 0:
+                    break
+            base.append(time.perf_counter() - t0)
+            if len(got) != n:
+                raise AssertionError("restore benchmark: HSCAN baseline lost fields")
+        growth[n] = max(rss)
+        if n == fields:
+            o, bl = statistics.median(ours), statistics.median(base)
+            ratio = bl / o
+            out.append(Figure(
+                f"restore {n:,} fields (100-byte values)", n / o, n / bl, "fields/s", ratio,
+                ">= 0.7 and < 3 s", ratio >= 0.7 and o < 3.0,
+                {"ours_s": o, "baseline_s": bl, "repeats": repeats,
+                 "baseline": "redis-py HSCAN COUNT 2000 into a dict of bytes (no decoding)"},
+            ))  # fmt: skip
+    flat = growth[fields] <= max(growth[small] * 2, 8 * 1024)
+    out.append(Figure(
+        f"sidecar RSS growth during restore ({small:,} -> {fields:,} fields)",
+        growth[fields] / 1024, growth[small] / 1024, "MiB", 
+        (growth[fields] + 1) / (growth[small] + 1),
+        "flat in the state size (<= 2x, or under 8 MiB)", flat,
+        {"peak_growth_kib": growth},
+    ))  # fmt: skip
+    return out
+
+
+# -- 3. small commit latency ---------------------------------------------------------------
+
+
+def commit_latency(redis: RedisServer, target: str, iterations: int) -> Figure:
+    """One commit of a 10-key change (claim held), against a Redis PING round trip."""
+    ns = f"bench-latency-{os.getpid()}"
+    lat = []
+    with TaskState(LocalContext(0), component="c", namespace=ns, sidecar=target) as s:
+        for it in range(iterations + 50):
+            for k in range(10):
+                s[f"k{k}"] = it
+            t0 = time.perf_counter()
+            s.commit()
+            if it >= 50:
+                lat.append(time.perf_counter() - t0)
+    c = redis.client()
+    pings = []
+    for _ in range(iterations + 50):
+        t0 = time.perf_counter()
+        c.ping()
+        pings.append(time.perf_counter() - t0)
+    pings = pings[50:]
+    got = c.hget("ts:{" + f"{ns}/c/0" + "}:data", "k9")
+    if got != str(iterations + 49).encode():
+        raise AssertionError("latency benchmark: the last commit is not in Redis")
+    lat.sort()
+    pings.sort()
+
+    def pct(xs: list[float], q: float) -> float:
+        return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+    p50, p99, ping50 = pct(lat, 0.5), pct(lat, 0.99), pct(pings, 0.5)
+    ratio = p50 / ping50
+    return Figure(
+        "commit latency, 10 keys (p50)", p50 * 1e3, ping50 * 1e3, "ms", ratio,
+        "p50 <= 5x PING", ratio <= 5,
+        {"p99_ms": p99 * 1e3, "ping_p99_ms": pct(pings, 0.99) * 1e3,
+         "iterations": iterations, "note": "ratio here is ours/PING (lower is better)"},
+    )  # fmt: skip
+
+
+# -- driver --------------------------------------------------------------------------------
+
+SIZES = {
+    "full": {"commit": (10_000, 7), "restore": (1_000_000, 100_000, 3), "latency": 2000},
+    "quick": {"commit": (2_000, 3), "restore": (50_000, 5_000, 1), "latency": 200},
+}
+
+
+def machine() -> dict[str, Any]:
+    """Where the figures were measured."""
+    import redis
+
+    r_ver = ""
+    try:
+        import subprocess
+
+        from taskstate.testing import find_redis_server
+
+        r_ver = subprocess.run(  # noqa: S603
+            [find_redis_server(), "--version"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+    except Exception:  # noqa: S110 - informational only
+        pass
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {
+        "cpus": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "redis_server": r_ver,
+        "redis_py": redis.__version__,
+    }
+
+
+def run(quick: bool, only: set[str]) -> dict[str, Any]:
+    """Start Redis and the sidecar, measure the chosen figures."""
+    size = SIZES["quick" if quick else "full"]
+    figures: list[Figure] = []
+    work = Path(tempfile.mkdtemp(prefix="taskstate-bench-"))
+    with RedisServer(work / "redis") as redis:
+        side = SidecarProcess(redis.url, work / "s.sock").start()
+        try:
+            steps: list[tuple[str, Callable[[], list[Figure]]]] = [
+                ("commit", lambda: [commit_throughput(redis, side.target, *size["commit"])]),
+                ("restore", lambda: restore_throughput(redis, side, *size["restore"])),
+                ("latency", lambda: [commit_latency(redis, side.target, size["latency"])]),
+            ]
+            for name, step in steps:
+                if only and name not in only:
+                    continue
+                _say(f"measuring {name} ...")
+                t0 = time.monotonic()
+                figures.extend(step())
+                _say(f"{name} done in {time.monotonic() - t0:.1f} s")
+        finally:
+            side.kill()
+    return {"machine": machine(), "quick": quick, "figures": [asdict(f) for f in figures]}
+
+
+def table(result: dict[str, Any]) -> str:
+    """The figures as a plain-text table."""
+    rows = [("figure", "taskstate", "baseline", "ratio", "target", "met")]
+    for f in result["figures"]:
+        rows.append((
+            f["name"], f"{f['ours']:,.3g} {f['unit']}", f"{f['baseline']:,.3g} {f['unit']}",
+            f"{f['ratio']:.2f}", f["target"], "yes" if f["met"] else "NO",
+        ))  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run, print the table, optionally write JSON. Exit 0 when every figure ran."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small sizes (seconds, for CI)")
+    p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
+    p.add_argument("--only", default="", help="comma-separated: commit,restore,latency")
+    a = p.parse_args(argv)
+    only = {x for x in a.only.split(",") if x}
+    unknown = only - {"commit", "restore", "latency"}
+    if unknown:
+        p.error(f"unknown figure(s): {', '.join(sorted(unknown))}")
+    result = run(a.quick, only)
+    print(table(result))
+    if a.json:
+        Path(a.json).write_text(json.dumps(result, indent=2))
+        _say(f"wrote {a.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

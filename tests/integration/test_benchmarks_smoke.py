@@ -1,0 +1,44 @@
+"""`python -m benchmarks --quick` runs every figure end to end and checks its own results
+(no timing is asserted: these machines are noisy)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_quick_benchmarks_run_and_report_every_figure(tmp_path: Path) -> None:
+    out = tmp_path / "b.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(out.read_text())
+    names = [f["name"] for f in result["figures"]]
+    assert any(n.startswith("commit 2,000") for n in names)
+    assert any(n.startswith("restore 50,000") for n in names)
+    assert any(n.startswith("sidecar RSS") for n in names)
+    assert any(n.startswith("commit latency") for n in names)
+    for f in result["figures"]:
+        assert f["ours"] >= 0 and f["baseline"] > 0 and f["ratio"] > 0, f
+    assert result["machine"]["cpus"] and "redis_server" in result["machine"]
+    # the table names every figure too
+    for n in names:
+        assert n in r.stdout
+
+
+def test_unknown_figure_is_refused() -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--only", "nonsense"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert r.returncode == 2 and "unknown figure" in r.stderr

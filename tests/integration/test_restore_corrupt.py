@@ -1,0 +1,31 @@
+"""A stored field taskstate did not write is a clear error naming the task and the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from taskstate.client import CodecError, LocalContext, TaskState
+from taskstate.testing import RedisServer, SidecarProcess
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.parametrize(
+    ("raw", "says"),
+    [(b"\xff\xfe not utf-8", "not UTF-8"), (b"{not json", "not valid JSON")],
+)
+def test_foreign_bytes_in_the_state_name_the_key(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str, raw: bytes, says: str
+) -> None:
+    with TaskState(LocalContext(0), component="c", namespace=namespace,
+                   sidecar=sidecar.target) as s:  # fmt: skip
+        s.update({f"k{i}": i for i in range(50)})
+    key = "ts:{" + f"{namespace}/c/0" + "}:data"
+    redis_server.client().hset(key, "intruder", raw)
+    from taskstate.client import _state
+
+    _state._sessions.clear()
+    with pytest.raises(CodecError, match=says) as info:
+        TaskState(LocalContext(0), component="c", namespace=namespace,
+                  sidecar=sidecar.target).__enter__()  # fmt: skip
+    assert "intruder" in str(info.value) and f"{namespace}/c/0" in str(info.value)
