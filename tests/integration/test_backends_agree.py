@@ -24,7 +24,8 @@ async def _restore(store: Any, task: TaskKey, epoch: int) -> dict[str, bytes] | 
     try:
         out: dict[str, bytes] = {}
         async for chunk in store.restore(task, epoch, 3):
-            out.update(chunk)
+            # keys may come as str or as Redis' UTF-8 bytes (both are allowed)
+            out.update((k if isinstance(k, str) else k.decode(), v) for k, v in chunk)
         return out
     except SidecarError as exc:
         return exc.code

@@ -13,7 +13,7 @@ from taskstate.sidecar.storage.base import TaskKey
 from taskstate.sidecar.storage.redis_backend import RedisStorage
 
 
-async def _collect(st: RedisStorage) -> list[list[tuple[str, bytes]]]:
+async def _collect(st: RedisStorage) -> list[list[tuple[str | bytes, bytes]]]:
     return [list(c) async for c in st.restore(TaskKey("ns", "c", 0), 1, 100)]
 
 
@@ -44,7 +44,7 @@ def test_server_change_mid_scan_restarts_from_cursor_zero() -> None:
     )
     chunks = asyncio.run(_collect(st))
     assert calls == [0, 5, 0, 3]
-    assert chunks == [[("a", b"1")], [("a", b"1")], [("b", b"2")]]
+    assert chunks == [[(b"a", b"1")], [(b"a", b"1")], [(b"b", b"2")]]
 
 
 def test_a_server_that_keeps_changing_fails_the_restore_clearly() -> None:
