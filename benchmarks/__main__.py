@@ -241,11 +241,84 @@ def commit_latency(redis: RedisServer, target: str, iterations: int) -> Figure:
     )  # fmt: skip
 
 
+# -- 4. the demo job in Spark ----------------------------------------------------------------
+
+
+def _demo_run(
+    work: Path, name: str, state: str, sidecar: str, batches: int, tweets: int
+) -> list[float]:
+    """One demo query; the durations (ms) of its batches after the first two (warm-up)."""
+    import subprocess
+
+    run = work / name
+    run.mkdir(parents=True, exist_ok=True)
+    progress = run / "progress.json"
+    cmd = [
+        sys.executable, "-m", "taskstate.spark_plugin.demo", "--query",
+        "--namespace", f"bench-demo-{name}-{os.getpid()}", "--sidecar", sidecar,
+        "--state", state, "--batches", str(batches), "--tweets-per-batch", str(tweets),
+        "--buckets-per-batch", "6", "--partitions", "4", "--master", "local[2]",
+        "--out-dir", str(run / "out"), "--checkpoint", str(run / "checkpoint"),
+        "--progress-file", str(progress),
+    ]  # fmt: skip
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    with open(run / "query.log", "wb") as log:
+        code = subprocess.run(  # noqa: S603 - our own module
+            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=600, check=False
+        ).returncode
+    if code != 0:
+        tail = (run / "query.log").read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"the {name} demo query exited with {code}:\n{tail}")
+    reports = json.loads(progress.read_text())
+    durations = {int(r["batchId"]): float(r["batchDuration"]) for r in reports}
+    if sorted(durations) != list(range(batches)):
+        raise AssertionError(f"{name}: progress for batches {sorted(durations)}")
+    rows = sum(1 for f in (run / "out").glob("part-*.json") for _ in f.open())
+    if rows == 0:
+        raise AssertionError(f"{name}: the query wrote no rows")
+    return [durations[b] for b in range(2, batches)]
+
+
+def spark_demo(sidecar: str, work: Path, batches: int, tweets: int) -> list[Figure]:
+    """Median batch duration: taskstate against a plain dict and Spark's RocksDB state."""
+    med = {}
+    for state in ("taskstate", "dict", "spark"):
+        _say(f"spark: the demo job with {state} state ({batches} batches of {tweets} tweets)")
+        med[state] = statistics.median(_demo_run(work, state, state, sidecar, batches, tweets))
+    ts, plain, own = med["taskstate"], med["dict"], med["spark"]
+    note = {
+        "batches": batches,
+        "tweets_per_batch": tweets,
+        "median_ms": med,
+        "note": "ratio is ours/baseline (lower is better); batches 0-1 are warm-up",
+    }
+    return [
+        Figure("demo batch: taskstate vs plain dict (median)", ts, plain, "ms", ts / plain,
+               "<= 1.10", ts / plain <= 1.10, note),
+        Figure("demo batch: taskstate vs Spark's RocksDB state (median)", ts, own, "ms",
+               ts / own, "<= 1.00", ts / own <= 1.0,
+               {**note, "spark_job": "groupBy(tag).applyInPandasWithState, RocksDB provider; "
+                "emits only the tags of the batch"}),
+    ]  # fmt: skip
+
+
 # -- driver --------------------------------------------------------------------------------
 
 SIZES = {
-    "full": {"commit": (10_000, 7), "restore": (1_000_000, 100_000, 3), "latency": 2000},
-    "quick": {"commit": (2_000, 3), "restore": (50_000, 5_000, 1), "latency": 200},
+    "full": {
+        "commit": (10_000, 7),
+        "restore": (1_000_000, 100_000, 3),
+        "latency": 2000,
+        "spark": (10, 2000),
+    },
+    "quick": {
+        "commit": (2_000, 3),
+        "restore": (50_000, 5_000, 1),
+        "latency": 200,
+        "spark": (4, 300),
+    },
 }
 
 
@@ -294,6 +367,7 @@ def run(quick: bool, only: set[str]) -> dict[str, Any]:
                 ("commit", lambda: [commit_throughput(redis, side.target, *size["commit"])]),
                 ("restore", lambda: restore_throughput(redis, side, *size["restore"])),
                 ("latency", lambda: [commit_latency(redis, side.target, size["latency"])]),
+                ("spark", lambda: spark_demo(side.target, work, *size["spark"])),
             ]
             for name, step in steps:
                 if only and name not in only:
@@ -326,10 +400,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="small sizes (seconds, for CI)")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
-    p.add_argument("--only", default="", help="comma-separated: commit,restore,latency")
+    p.add_argument("--only", default="", help="comma-separated: commit,restore,latency,spark")
     a = p.parse_args(argv)
     only = {x for x in a.only.split(",") if x}
-    unknown = only - {"commit", "restore", "latency"}
+    unknown = only - {"commit", "restore", "latency", "spark"}
     if unknown:
         p.error(f"unknown figure(s): {', '.join(sorted(unknown))}")
     result = run(a.quick, only)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .jobs import (
+    ROCKSDB,
     JobOptions,
     kill_process_groups,
     maybe_fault,
@@ -179,6 +180,44 @@ def make_update(opts: DemoOptions) -> Any:
     return update
 
 
+def spark_state_update(buckets_per_batch: int) -> Any:
+    """The same EWMA in Spark's own state (applyInPandasWithState, one call per tag).
+
+    For the benchmark against Spark's state store. Unlike the taskstate job it emits only
+    the tags seen in the batch (absent tags would need timeouts to decay).
+    """
+
+    def per_tag(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
+        import pandas as pd
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        assert ctx is not None  # noqa: S101 - runs in a task
+        batch = int(ctx.getLocalProperty("streaming.sql.batchId") or 0)
+        events = sorted(
+            e for f in frames for e in f[["ts", "tweet_id"]].itertuples(index=False, name=None)
+        )
+        st: dict[str, Any] | None = None
+        if state.exists:
+            b, n, ewma = state.get
+            st = {"b": int(b), "n": int(n), "ewma": float(ewma)}
+        for ts, _ in events:
+            bucket = int(ts // BUCKET_S)
+            if st is None:
+                st = {"b": bucket, "n": 0, "ewma": 0.0}
+            close_until(st, bucket)
+            st["n"] += 1
+        assert st is not None  # noqa: S101 - a group has at least one row
+        end_bucket = (batch + 1) * buckets_per_batch - 1
+        if st["b"] <= end_bucket:
+            close_until(st, end_bucket + 1)
+        state.update((st["b"], st["n"], st["ewma"]))
+        row = (batch, ctx.partitionId(), key[0], st["ewma"], st["b"])
+        yield pd.DataFrame([row], columns=OUT_COLUMNS)
+
+    return per_tag
+
+
 def run_query(a: argparse.Namespace) -> int:
     """Run the query until `batches` micro-batches are committed in its checkpoint."""
     from pyspark.sql import SparkSession
@@ -190,6 +229,7 @@ def run_query(a: argparse.Namespace) -> int:
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", str(a.partitions))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -213,7 +253,18 @@ def run_query(a: argparse.Namespace) -> int:
     tags = tweets.select(
         "tweet_id", "ts", F.explode(F.regexp_extract_all("text", F.lit(r"(#\w+)"), 1)).alias("tag")
     )
-    out = tags.repartition(a.partitions, "tag").mapInPandas(make_update(opts), OUT_SCHEMA)
+    if a.state == "spark":
+        from pyspark.sql.streaming.state import GroupStateTimeout
+
+        out = tags.groupBy("tag").applyInPandasWithState(
+            spark_state_update(a.buckets_per_batch),
+            OUT_SCHEMA,
+            "b long, n long, ewma double",
+            "append",
+            GroupStateTimeout.NoTimeout,
+        )
+    else:
+        out = tags.repartition(a.partitions, "tag").mapInPandas(make_update(opts), OUT_SCHEMA)
     query = (
         out.writeStream.format("json")
         .option("path", a.out_dir)
@@ -221,7 +272,7 @@ def run_query(a: argparse.Namespace) -> int:
         .outputMode("append")
         .start()
     )
-    return run_until_committed(spark, query, a.checkpoint, a.batches)
+    return run_until_committed(spark, query, a.checkpoint, a.batches, a.progress_file)
 
 
 # -- results -----------------------------------------------------------------------------------
@@ -580,6 +631,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fault-dir", default="", help=argparse.SUPPRESS)
     p.add_argument("--kill-worker-at", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--pause-at", type=int, default=-1, help=argparse.SUPPRESS)
+    p.add_argument("--progress-file", default=None, help=argparse.SUPPRESS)
     return p
 
 

@@ -467,8 +467,18 @@ def run_query(args: argparse.Namespace) -> int:
     return run_until_committed(spark, query, args.checkpoint, args.batches)
 
 
-def run_until_committed(spark: Any, query: Any, checkpoint: str, batches: int) -> int:
-    """Wait until batch `batches - 1` is in the checkpoint's commit log, then stop."""
+def run_until_committed(
+    spark: Any,
+    query: Any,
+    checkpoint: str,
+    batches: int,
+    progress_file: str | None = None,
+) -> int:
+    """Wait until batch `batches - 1` is in the checkpoint's commit log, then stop.
+
+    With `progress_file`, the query's progress reports (batch id, durations) are written
+    there as JSON first.
+    """
     last = Path(checkpoint) / "commits" / str(batches - 1)
     try:
         while not last.exists():
@@ -476,6 +486,10 @@ def run_until_committed(spark: Any, query: Any, checkpoint: str, batches: int) -
                 print(f"query failed: {query.exception()}", file=sys.stderr)
                 return 1
             time.sleep(0.2)
+        if progress_file:
+            time.sleep(0.5)  # the last batch's progress report follows its commit
+            reports = [json.loads(r.json) for r in query.recentProgress]
+            Path(progress_file).write_text(json.dumps(reports))
     finally:
         query.stop()
         spark.stop()
