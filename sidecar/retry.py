@@ -72,7 +72,9 @@ def is_safe_to_retry(exc: BaseException) -> bool:
     if isinstance(exc, rex.ConnectionError | rex.TimeoutError | rex.ClusterError):
         return True
     if isinstance(exc, rex.ResponseError):
-        return str(exc).startswith(_TRANSIENT_PREFIXES)
+        text = str(exc)
+        # a script that met a key missing from a slot under migration (see commit.lua)
+        return text.startswith(_TRANSIENT_PREFIXES) or "access a non local key" in text
     return False
 
 

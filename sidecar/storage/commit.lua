@@ -32,13 +32,21 @@ if has_batch then
     return redis.error_reply('TSAHEAD ' .. string.format('%d', last))
   end
   if batch > last or tonumber(m[3] or '-2') ~= batch then
-    redis.call('UNLINK', undo)  -- freed off the main thread
+    -- In a slot being migrated, Redis refuses a script's access to a key that is missing,
+    -- even one the script deleted itself. So copy mode uses COPY ... REPLACE rather than
+    -- UNLINK + COPY. Fields mode must re-create the record it deleted; if that access is
+    -- refused (after the meta update below, before any data write), the state is still
+    -- consistent: the record is empty and the data untouched, so a replay rolls back
+    -- nothing and the retried commit records the keys afresh once the slot has moved.
     local prev_pos = ''
     if m[4] then prev_pos = '+' .. m[4] end
+    local size = redis.call('HLEN', data)
     local mode = 'fields'
-    if redis.call('HLEN', data) <= 4 * nchanges then
-      mode = 'copy'
-      redis.call('COPY', data, undo)  -- copies nothing when there is no data yet
+    if size <= 4 * nchanges then mode = 'copy' end
+    if mode == 'copy' and size > 0 then
+      redis.call('COPY', data, undo, 'REPLACE')
+    else
+      redis.call('UNLINK', undo)  -- freed off the main thread
     end
     redis.call('HSET', meta, 'undo_batch', ARGV[2], 'prev_batch', m[2] or '-1',
       'prev_pos', prev_pos, 'batch', ARGV[2], 'undo_mode', mode, 'undo_n', '0')

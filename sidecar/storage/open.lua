@@ -38,7 +38,8 @@ if has_batch and last == batch and last >= 0 then
   if m[11] == 'copy' then
     -- undo is the data as it was before the batch (absent: there was none)
     if redis.call('EXISTS', undo) == 1 then
-      redis.call('UNLINK', data)  -- freed off the main thread
+      -- RENAME replaces data in one step: deleting it first would make it a missing key
+      -- that this script touches again, which Redis refuses in a slot being migrated
       redis.call('RENAME', undo, data)
     else
       redis.call('UNLINK', data)

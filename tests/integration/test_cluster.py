@@ -13,7 +13,7 @@ import pytest
 from taskstate.testing import SidecarProcess
 from taskstate.testing.topologies import RedisClusterProcs
 
-from .workload import RETRYABLE, Outcome, decode_hash, expected, run_batch
+from .workload import Outcome, assert_faults_struck, decode_hash, expected, run_batch
 
 pytestmark = pytest.mark.integration
 
@@ -62,11 +62,13 @@ def test_thousand_tasks_through_slot_migration_and_master_failover(
                 migrated.append(topo.migrate_slot(s, b, per_key_delay_s=0.03))
             window.append(time.monotonic())
 
+        in_slots = sum(a.client().execute_command("CLUSTER", "COUNTKEYSINSLOT", s) for s in moving)
+        assert in_slots >= 3 * 25  # data, meta and undo of at least one task per slot
         mover = threading.Thread(target=migrate)
         mover.start()
         rounds = [run_round(side.target, namespace, batch, outcome) for batch in (2, 3)]
         mover.join()
-        assert sum(migrated) == 3 * 25  # data, meta and undo of one task per slot
+        assert sum(migrated) == in_slots  # every key moved (a slot may hold two tasks)
         assert all(topo.owner(s) is b for s in moving)
         assert window[0] < rounds[-1][1] and window[1] > rounds[0][0], "no overlap"
 
@@ -104,15 +106,7 @@ def test_thousand_tasks_through_slot_migration_and_master_failover(
             if state != expected(6) or batch != b"5":
                 wrong[p] = (state, batch)
         assert wrong == {}, f"{len(wrong)} tasks wrong, e.g. {next(iter(wrong.items()))}"
-        assert all(isinstance(e, RETRYABLE) for e in outcome.errors)
-        log = side.log_path.read_text()
-        print(
-            f"cluster: {outcome.attempts} attempts, {len(outcome.errors)} failed "
-            f"({sorted({type(e).__name__ for e in outcome.errors})}), "
-            f"{log.count('retrying')} Redis calls retried, "
-            f"{log.count('refreshing the Redis Cluster layout')} layout refreshes"
-        )
-        assert outcome.errors or "retrying" in log
+        assert_faults_struck("cluster", outcome, side.log_path.read_text())
     finally:
         side.kill()
         topo.stop()

@@ -92,3 +92,16 @@ def decode_hash(raw: dict[bytes, bytes]) -> dict[str, Any]:
     import orjson
 
     return {k.decode(): orjson.loads(v) for k, v in raw.items()}
+
+
+def assert_faults_struck(label: str, outcome: Outcome, sidecar_log: str) -> None:
+    """Every failed attempt was a retryable fault, and the fault really met requests:
+    some attempt failed, or the sidecar retried Redis calls. Prints a one-line summary."""
+    assert all(isinstance(e, RETRYABLE) for e in outcome.errors), outcome.errors
+    kinds = sorted({type(e).__name__ for e in outcome.errors})
+    print(
+        f"{label}: {outcome.attempts} attempts, {len(outcome.errors)} failed {kinds}, "
+        f"{sidecar_log.count('retrying')} Redis calls retried, "
+        f"{sidecar_log.count('refreshing the Redis Cluster layout')} layout refreshes"
+    )
+    assert outcome.errors or "retrying" in sidecar_log, "the fault met no request: untested"

@@ -131,6 +131,9 @@ def test_clients_per_topology() -> None:
         rex.ReadOnlyError(),
         rex.MovedError("3999 127.0.0.1:6381"),
         rex.ResponseError("LOADING Redis is loading the dataset in memory"),
+        rex.ResponseError(
+            "Script attempted to access a non local key in a cluster node script: ab12"
+        ),
     ],
 )
 def test_retried(exc: Exception) -> None:
