@@ -120,7 +120,7 @@ def _pieces(
     items: Sequence[tuple[str | bytes, bytes]],
 ) -> list[Sequence[tuple[str | bytes, bytes]]]:
     """`items` cut into pieces of about CHUNK_BYTES (usually one piece: a storage page)."""
-    total = sum(len(v) for _, v in items) + sum(len(k) for k, _ in items)
+    total = sum(len(v) for _, v in items) + sum(len(k) for k, _ in items) + 8 * len(items)
     if total <= CHUNK_BYTES:
         return [items]
     out: list[Sequence[tuple[str | bytes, bytes]]] = []
@@ -145,10 +145,15 @@ def _unpack_array(blob: bytes, fq: str, what: str) -> list[Any]:
     return items
 
 
-def _unpack_keys(blob: bytes, fq: str, what: str) -> list[str]:
-    keys = _unpack_array(blob, fq, what)
+def _check_keys(keys: list[Any], fq: str, what: str) -> None:
+    # C-level: this runs over every key of every commit
     if keys and set(map(type, keys)) != {str}:
         raise _bad(f"task {fq}: {what} holds a key that is not a UTF-8 string")
+
+
+def _unpack_keys(blob: bytes, fq: str, what: str) -> list[str]:
+    keys = _unpack_array(blob, fq, what)
+    _check_keys(keys, fq, what)
     return keys
 
 
@@ -158,9 +163,7 @@ def _unpack_upserts(blob: bytes, fq: str) -> list[tuple[str, bytes]]:
     keys, values = flat[0::2], flat[1::2]
     if len(keys) != len(values):
         raise _bad(f"task {fq}: packed_upserts has a key without a value")
-    # C-level checks: these run over every key of every commit
-    if keys and set(map(type, keys)) != {str}:
-        raise _bad(f"task {fq}: packed_upserts holds a key that is not a UTF-8 string")
+    _check_keys(keys, fq, "packed_upserts")
     if values and (set(map(type, values)) != {bytes} or b"" in values):
         bad = next(
             k for k, v in zip(keys, values, strict=True) if v.__class__ is not bytes or not v
@@ -248,24 +251,19 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
             n = request.max_fields or DEFAULT_CHUNK_FIELDS
             n = max(1, min(n, MAX_CHUNK_FIELDS))
             async for items in self.storage.restore(task, epoch, n):
-                if request.packed:
-                    for piece in _pieces(items):
+                for piece in _pieces(items):
+                    if request.packed:
                         # keys and values as msgpack raw strings, straight from Redis: the
                         # client decodes (and UTF-8-checks) them in C
                         flat = list(chain.from_iterable(piece))
                         yield pb.RestoreChunk(packed=msgpack.packb(flat, use_bin_type=False))
-                    continue
-                entries: list[pb.Entry] = []
-                size = 0
-                for k, v in items:
-                    key = k if isinstance(k, str) else k.decode()
-                    entries.append(pb.Entry(key=key, value=v))
-                    size += len(k) + len(v) + 8
-                    if size >= CHUNK_BYTES:
-                        yield pb.RestoreChunk(entries=entries)
-                        entries, size = [], 0
-                if entries:
-                    yield pb.RestoreChunk(entries=entries)
+                    else:
+                        yield pb.RestoreChunk(
+                            entries=[
+                                pb.Entry(key=k if isinstance(k, str) else k.decode(), value=v)
+                                for k, v in piece
+                            ]
+                        )
             version = await self.storage.version(task)
             yield pb.RestoreChunk(last=True, version=version)
         except SidecarError as exc:

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import parse_qs, quote, unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
@@ -344,9 +344,3 @@ def _strip_credentials(url: str) -> str:
     if "@" in netloc:
         netloc = netloc.rpartition("@")[2]
     return f"{scheme}://{netloc}{slash}{tail}"
-
-
-def url_with_password(url: str, username: str, password: str) -> str:
-    """`url` with credentials filled in (for tests and tools; never log the result)."""
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://{quote(username, safe='')}:{quote(password, safe='')}@{rest}"

@@ -29,7 +29,7 @@ from .. import errors
 from ..errors import SidecarError
 from ..retry import RetryPolicy
 from .base import LAYOUT_VERSION, CommitResult, Durability, OpenResult, TaskKey, TaskMeta
-from .connect import RedisSettings, create_client, redact
+from .connect import RedisSettings, create_client
 
 T = TypeVar("T")
 log = logging.getLogger("taskstate.sidecar.redis")
@@ -97,11 +97,6 @@ class RedisStorage:
         self._fsync_ok_until = 0.0
         self._fsync_check_ttl_s = fsync_check_ttl_s
         self._refresh_after = 0.0
-
-    @property
-    def shown_url(self) -> str:
-        """The Redis URL without its password (for logs and errors)."""
-        return redact(self.settings.url)
 
     # -- plumbing -------------------------------------------------------------
 
@@ -174,6 +169,21 @@ class RedisStorage:
             return node, replies
         raise rex.TryAgainError("redirected 8 times in a row")
 
+    async def _send(self, key: str, commands: Sequence[tuple[Any, ...]]) -> tuple[Any, list[Any]]:
+        """Run `commands` in one pipeline on one connection to the server holding `key`.
+
+        Returns (the cluster node, or None outside a cluster; the replies, errors included).
+        """
+        if self.kind == "cluster":
+            return await self._on_slot(key, commands)
+        pipe = self._redis.pipeline(transaction=False)
+        for c in commands:
+            pipe.execute_command(*c)
+        try:
+            return None, await pipe.execute(raise_on_error=False)
+        except rex.NoScriptError:
+            return None, [rex.NoScriptError()]
+
     async def _evalsha(
         self, name: str, keys: Sequence[str], args: Sequence[Any], wait: tuple[int, ...] = ()
     ) -> Any:
@@ -189,17 +199,7 @@ class RedisStorage:
             else:
                 commands.append(("WAITAOF", wait[1], wait[2], wait[3]))
         for _ in range(3):
-            node = None
-            if self.kind == "cluster":
-                node, replies = await self._on_slot(keys[0], commands)
-            else:
-                pipe = self._redis.pipeline(transaction=False)
-                for c in commands:
-                    pipe.execute_command(*c)
-                try:
-                    replies = await pipe.execute(raise_on_error=False)
-                except rex.NoScriptError:
-                    replies = [rex.NoScriptError()]
+            node, replies = await self._send(keys[0], commands)
             first = replies[0]
             if isinstance(first, rex.NoScriptError):
                 # a restarted or failed-over server has an empty script cache
@@ -398,14 +398,9 @@ class RedisStorage:
         self, key: str, cursor: int, count: int
     ) -> tuple[str, int, dict[Any, Any]]:
         """One HSCAN page and the run id of the server that answered it."""
-        commands = [("HSCAN", key, cursor, "COUNT", count), ("INFO", "server")]
-        if self.kind == "cluster":
-            _, replies = await self._on_slot(key, commands)
-        else:
-            pipe = self._redis.pipeline(transaction=False)
-            for c in commands:
-                pipe.execute_command(*c)
-            replies = await pipe.execute(raise_on_error=False)
+        _, replies = await self._send(
+            key, [("HSCAN", key, cursor, "COUNT", count), ("INFO", "server")]
+        )
         for r in replies:
             if isinstance(r, Exception):
                 raise r
