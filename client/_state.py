@@ -83,6 +83,8 @@ class _Session:
     data: dict[str, Any] | None
     position: bytes | None
     info: OpenInfo
+    # the sidecar reads CommitRequest.packed_* (an older one would ignore them unread)
+    packed: bool = False
     active: bool = False
     pid: int = field(default_factory=os.getpid)
 
@@ -309,6 +311,7 @@ class TaskState(MutableMapping[str, Any]):
                 restored=False,
                 reused_claim=False,
             ),
+            packed=r.packed_commits,
         )
         if c.mode == "mirror" and session.data is None:
             if r.size == 0:
@@ -441,13 +444,17 @@ class TaskState(MutableMapping[str, Any]):
                 req = pb.CommitRequest(
                     task=self._pb_task(),
                     epoch=session.epoch,
-                    # one msgpack blob each: one C call, not a protobuf object per key
-                    packed_upserts=_pack(chain.from_iterable(ups)) if ups else b"",
-                    packed_deletes=_pack(dels) if dels else b"",
                     durability=durability,
                     replicas=c.durability.replicas,
                     writer=writer,
                 )
+                if session.packed:
+                    # one msgpack blob each: one C call, not a protobuf object per key
+                    req.packed_upserts = _pack(chain.from_iterable(ups)) if ups else b""
+                    req.packed_deletes = _pack(dels) if dels else b""
+                else:
+                    req.upserts.extend(pb.Entry(key=k, value=v) for k, v in ups)
+                    req.deletes.extend(dels)
                 if self._ident.batch is not None:
                     req.batch = self._ident.batch
                 if pos is not None and last:

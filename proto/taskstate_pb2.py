@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ftaskstate/proto/taskstate.proto\x12\x0ctaskstate.v1\"A\n\x06TaskId\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tcomponent\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\"F\n\x06Writer\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x10\n\x08\x65xecutor\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x0b\n\x03pid\x18\x04 \x01(\x05\"\xc4\x01\n\x0bOpenRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\x12\n\x05\x62\x61tch\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12$\n\x06writer\x18\x03 \x01(\x0b\x32\x14.taskstate.v1.Writer\x12\r\n\x05\x63odec\x18\x04 \x01(\t\x12,\n\ndurability\x18\x05 \x01(\x0e\x32\x18.taskstate.v1.Durability\x12\x10\n\x08replicas\x18\x06 \x01(\x05\x42\x08\n\x06_batch\"\xac\x01\n\x0cOpenResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x17\n\x0f\x63ommitted_batch\x18\x02 \x01(\x03\x12\x10\n\x08position\x18\x03 \x01(\x0c\x12\x14\n\x0chas_position\x18\x04 \x01(\x08\x12\x0c\n\x04size\x18\x05 \x01(\x03\x12\x0f\n\x07version\x18\x06 \x01(\t\x12\x13\n\x0brolled_back\x18\x07 \x01(\x08\x12\x18\n\x10rolled_back_keys\x18\x08 \x01(\x03\"g\n\x0eRestoreRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x12\n\nmax_fields\x18\x03 \x01(\x05\x12\x0e\n\x06packed\x18\x04 \x01(\x08\"#\n\x05\x45ntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"c\n\x0cRestoreChunk\x12$\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x13.taskstate.v1.Entry\x12\x0c\n\x04last\x18\x02 \x01(\x08\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x0e\n\x06packed\x18\x04 \x01(\x0c\"\xd5\x02\n\rCommitRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x12\n\x05\x62\x61tch\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12$\n\x07upserts\x18\x04 \x03(\x0b\x32\x13.taskstate.v1.Entry\x12\x0f\n\x07\x64\x65letes\x18\x05 \x03(\t\x12\x10\n\x08position\x18\x06 \x01(\x0c\x12\x14\n\x0chas_position\x18\x07 \x01(\x08\x12,\n\ndurability\x18\x08 \x01(\x0e\x32\x18.taskstate.v1.Durability\x12\x10\n\x08replicas\x18\t \x01(\x05\x12$\n\x06writer\x18\n \x01(\x0b\x32\x14.taskstate.v1.Writer\x12\x16\n\x0epacked_upserts\x18\x0b \x01(\x0c\x12\x16\n\x0epacked_deletes\x18\x0c \x01(\x0c\x42\x08\n\x06_batch\"G\n\x0e\x43ommitResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x03\x12\x16\n\x0ereplicas_acked\x18\x03 \x01(\x05\"M\n\nGetRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x0c\n\x04keys\x18\x03 \x03(\t\":\n\x0bGetResponse\x12+\n\x06values\x18\x01 \x03(\x0b\x32\x1b.taskstate.v1.OptionalValue\"-\n\rOptionalValue\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\r\n\x05value\x18\x02 \x01(\x0c\"5\n\x0f\x44\x65scribeRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\"\x88\x02\n\x08TaskInfo\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\x0e\n\x06\x65xists\x18\x02 \x01(\x08\x12\x17\n\x0f\x63ommitted_batch\x18\x03 \x01(\x03\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\x12\x10\n\x08position\x18\x05 \x01(\x0c\x12\x14\n\x0chas_position\x18\x06 \x01(\x08\x12\x0c\n\x04size\x18\x07 \x01(\x03\x12\x0f\n\x07version\x18\x08 \x01(\t\x12\r\n\x05\x63odec\x18\t \x01(\t\x12\x0e\n\x06layout\x18\n \x01(\x05\x12\x12\n\nupdated_at\x18\x0b \x01(\x01\x12\x13\n\x0blast_writer\x18\x0c \x01(\t\x12\x11\n\trollbacks\x18\r \x01(\x03\"3\n\x0bListRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tcomponent\x18\x02 \x01(\t\"5\n\x0cListResponse\x12%\n\x05tasks\x18\x01 \x03(\x0b\x32\x16.taskstate.v1.TaskInfo\"Y\n\x0b\x44ropRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tcomponent\x18\x02 \x01(\t\x12\x16\n\tpartition\x18\x03 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_partition\"%\n\x0c\x44ropResponse\x12\x15\n\rtasks_dropped\x18\x01 \x01(\x03*\x96\x01\n\nDurability\x12\x1a\n\x16\x44URABILITY_UNSPECIFIED\x10\x00\x12\x16\n\x12\x44URABILITY_APPLIED\x10\x01\x12\x19\n\x15\x44URABILITY_REPLICATED\x10\x02\x12\x16\n\x12\x44URABILITY_FSYNCED\x10\x03\x12!\n\x1d\x44URABILITY_REPLICATED_FSYNCED\x10\x04\x32\x9b\x04\n\x10TaskStateService\x12=\n\x04Open\x12\x19.taskstate.v1.OpenRequest\x1a\x1a.taskstate.v1.OpenResponse\x12\x45\n\x07Restore\x12\x1c.taskstate.v1.RestoreRequest\x1a\x1a.taskstate.v1.RestoreChunk0\x01\x12\x43\n\x06\x43ommit\x12\x1b.taskstate.v1.CommitRequest\x1a\x1c.taskstate.v1.CommitResponse\x12:\n\x03Get\x12\x18.taskstate.v1.GetRequest\x1a\x19.taskstate.v1.GetResponse\x12?\n\x08MultiGet\x12\x18.taskstate.v1.GetRequest\x1a\x19.taskstate.v1.GetResponse\x12\x41\n\x08\x44\x65scribe\x12\x1d.taskstate.v1.DescribeRequest\x1a\x16.taskstate.v1.TaskInfo\x12=\n\x04List\x12\x19.taskstate.v1.ListRequest\x1a\x1a.taskstate.v1.ListResponse\x12=\n\x04\x44rop\x12\x19.taskstate.v1.DropRequest\x1a\x1a.taskstate.v1.DropResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ftaskstate/proto/taskstate.proto\x12\x0ctaskstate.v1\"A\n\x06TaskId\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tcomponent\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\"F\n\x06Writer\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x10\n\x08\x65xecutor\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x0b\n\x03pid\x18\x04 \x01(\x05\"\xc4\x01\n\x0bOpenRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\x12\n\x05\x62\x61tch\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12$\n\x06writer\x18\x03 \x01(\x0b\x32\x14.taskstate.v1.Writer\x12\r\n\x05\x63odec\x18\x04 \x01(\t\x12,\n\ndurability\x18\x05 \x01(\x0e\x32\x18.taskstate.v1.Durability\x12\x10\n\x08replicas\x18\x06 \x01(\x05\x42\x08\n\x06_batch\"\xc4\x01\n\x0cOpenResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x17\n\x0f\x63ommitted_batch\x18\x02 \x01(\x03\x12\x10\n\x08position\x18\x03 \x01(\x0c\x12\x14\n\x0chas_position\x18\x04 \x01(\x08\x12\x0c\n\x04size\x18\x05 \x01(\x03\x12\x0f\n\x07version\x18\x06 \x01(\t\x12\x13\n\x0brolled_back\x18\x07 \x01(\x08\x12\x18\n\x10rolled_back_keys\x18\x08 \x01(\x03\x12\x16\n\x0epacked_commits\x18\t \x01(\x08\"g\n\x0eRestoreRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x12\n\nmax_fields\x18\x03 \x01(\x05\x12\x0e\n\x06packed\x18\x04 \x01(\x08\"#\n\x05\x45ntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"c\n\x0cRestoreChunk\x12$\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x13.taskstate.v1.Entry\x12\x0c\n\x04last\x18\x02 \x01(\x08\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x0e\n\x06packed\x18\x04 \x01(\x0c\"\xd5\x02\n\rCommitRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x12\n\x05\x62\x61tch\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12$\n\x07upserts\x18\x04 \x03(\x0b\x32\x13.taskstate.v1.Entry\x12\x0f\n\x07\x64\x65letes\x18\x05 \x03(\t\x12\x10\n\x08position\x18\x06 \x01(\x0c\x12\x14\n\x0chas_position\x18\x07 \x01(\x08\x12,\n\ndurability\x18\x08 \x01(\x0e\x32\x18.taskstate.v1.Durability\x12\x10\n\x08replicas\x18\t \x01(\x05\x12$\n\x06writer\x18\n \x01(\x0b\x32\x14.taskstate.v1.Writer\x12\x16\n\x0epacked_upserts\x18\x0b \x01(\x0c\x12\x16\n\x0epacked_deletes\x18\x0c \x01(\x0c\x42\x08\n\x06_batch\"G\n\x0e\x43ommitResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x03\x12\x16\n\x0ereplicas_acked\x18\x03 \x01(\x05\"M\n\nGetRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x0c\n\x04keys\x18\x03 \x03(\t\":\n\x0bGetResponse\x12+\n\x06values\x18\x01 \x03(\x0b\x32\x1b.taskstate.v1.OptionalValue\"-\n\rOptionalValue\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\r\n\x05value\x18\x02 \x01(\x0c\"5\n\x0f\x44\x65scribeRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\"\x88\x02\n\x08TaskInfo\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\x0e\n\x06\x65xists\x18\x02 \x01(\x08\x12\x17\n\x0f\x63ommitted_batch\x18\x03 \x01(\x03\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\x12\x10\n\x08position\x18\x05 \x01(\x0c\x12\x14\n\x0chas_position\x18\x06 \x01(\x08\x12\x0c\n\x04size\x18\x07 \x01(\x03\x12\x0f\n\x07version\x18\x08 \x01(\t\x12\r\n\x05\x63odec\x18\t \x01(\t\x12\x0e\n\x06layout\x18\n \x01(\x05\x12\x12\n\nupdated_at\x18\x0b \x01(\x01\x12\x13\n\x0blast_writer\x18\x0c \x01(\t\x12\x11\n\trollbacks\x18\r \x01(\x03\"3\n\x0bListRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tcomponent\x18\x02 \x01(\t\"5\n\x0cListResponse\x12%\n\x05tasks\x18\x01 \x03(\x0b\x32\x16.taskstate.v1.TaskInfo\"Y\n\x0b\x44ropRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tcomponent\x18\x02 \x01(\t\x12\x16\n\tpartition\x18\x03 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_partition\"%\n\x0c\x44ropResponse\x12\x15\n\rtasks_dropped\x18\x01 \x01(\x03*\x96\x01\n\nDurability\x12\x1a\n\x16\x44URABILITY_UNSPECIFIED\x10\x00\x12\x16\n\x12\x44URABILITY_APPLIED\x10\x01\x12\x19\n\x15\x44URABILITY_REPLICATED\x10\x02\x12\x16\n\x12\x44URABILITY_FSYNCED\x10\x03\x12!\n\x1d\x44URABILITY_REPLICATED_FSYNCED\x10\x04\x32\x9b\x04\n\x10TaskStateService\x12=\n\x04Open\x12\x19.taskstate.v1.OpenRequest\x1a\x1a.taskstate.v1.OpenResponse\x12\x45\n\x07Restore\x12\x1c.taskstate.v1.RestoreRequest\x1a\x1a.taskstate.v1.RestoreChunk0\x01\x12\x43\n\x06\x43ommit\x12\x1b.taskstate.v1.CommitRequest\x1a\x1c.taskstate.v1.CommitResponse\x12:\n\x03Get\x12\x18.taskstate.v1.GetRequest\x1a\x19.taskstate.v1.GetResponse\x12?\n\x08MultiGet\x12\x18.taskstate.v1.GetRequest\x1a\x19.taskstate.v1.GetResponse\x12\x41\n\x08\x44\x65scribe\x12\x1d.taskstate.v1.DescribeRequest\x1a\x16.taskstate.v1.TaskInfo\x12=\n\x04List\x12\x19.taskstate.v1.ListRequest\x1a\x1a.taskstate.v1.ListResponse\x12=\n\x04\x44rop\x12\x19.taskstate.v1.DropRequest\x1a\x1a.taskstate.v1.DropResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'taskstate.proto.taskstate_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DURABILITY']._serialized_start=1969
-  _globals['_DURABILITY']._serialized_end=2119
+  _globals['_DURABILITY']._serialized_start=1993
+  _globals['_DURABILITY']._serialized_end=2143
   _globals['_TASKID']._serialized_start=49
   _globals['_TASKID']._serialized_end=114
   _globals['_WRITER']._serialized_start=116
@@ -40,35 +40,35 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OPENREQUEST']._serialized_start=189
   _globals['_OPENREQUEST']._serialized_end=385
   _globals['_OPENRESPONSE']._serialized_start=388
-  _globals['_OPENRESPONSE']._serialized_end=560
-  _globals['_RESTOREREQUEST']._serialized_start=562
-  _globals['_RESTOREREQUEST']._serialized_end=665
-  _globals['_ENTRY']._serialized_start=667
-  _globals['_ENTRY']._serialized_end=702
-  _globals['_RESTORECHUNK']._serialized_start=704
-  _globals['_RESTORECHUNK']._serialized_end=803
-  _globals['_COMMITREQUEST']._serialized_start=806
-  _globals['_COMMITREQUEST']._serialized_end=1147
-  _globals['_COMMITRESPONSE']._serialized_start=1149
-  _globals['_COMMITRESPONSE']._serialized_end=1220
-  _globals['_GETREQUEST']._serialized_start=1222
-  _globals['_GETREQUEST']._serialized_end=1299
-  _globals['_GETRESPONSE']._serialized_start=1301
-  _globals['_GETRESPONSE']._serialized_end=1359
-  _globals['_OPTIONALVALUE']._serialized_start=1361
-  _globals['_OPTIONALVALUE']._serialized_end=1406
-  _globals['_DESCRIBEREQUEST']._serialized_start=1408
-  _globals['_DESCRIBEREQUEST']._serialized_end=1461
-  _globals['_TASKINFO']._serialized_start=1464
-  _globals['_TASKINFO']._serialized_end=1728
-  _globals['_LISTREQUEST']._serialized_start=1730
-  _globals['_LISTREQUEST']._serialized_end=1781
-  _globals['_LISTRESPONSE']._serialized_start=1783
-  _globals['_LISTRESPONSE']._serialized_end=1836
-  _globals['_DROPREQUEST']._serialized_start=1838
-  _globals['_DROPREQUEST']._serialized_end=1927
-  _globals['_DROPRESPONSE']._serialized_start=1929
-  _globals['_DROPRESPONSE']._serialized_end=1966
-  _globals['_TASKSTATESERVICE']._serialized_start=2122
-  _globals['_TASKSTATESERVICE']._serialized_end=2661
+  _globals['_OPENRESPONSE']._serialized_end=584
+  _globals['_RESTOREREQUEST']._serialized_start=586
+  _globals['_RESTOREREQUEST']._serialized_end=689
+  _globals['_ENTRY']._serialized_start=691
+  _globals['_ENTRY']._serialized_end=726
+  _globals['_RESTORECHUNK']._serialized_start=728
+  _globals['_RESTORECHUNK']._serialized_end=827
+  _globals['_COMMITREQUEST']._serialized_start=830
+  _globals['_COMMITREQUEST']._serialized_end=1171
+  _globals['_COMMITRESPONSE']._serialized_start=1173
+  _globals['_COMMITRESPONSE']._serialized_end=1244
+  _globals['_GETREQUEST']._serialized_start=1246
+  _globals['_GETREQUEST']._serialized_end=1323
+  _globals['_GETRESPONSE']._serialized_start=1325
+  _globals['_GETRESPONSE']._serialized_end=1383
+  _globals['_OPTIONALVALUE']._serialized_start=1385
+  _globals['_OPTIONALVALUE']._serialized_end=1430
+  _globals['_DESCRIBEREQUEST']._serialized_start=1432
+  _globals['_DESCRIBEREQUEST']._serialized_end=1485
+  _globals['_TASKINFO']._serialized_start=1488
+  _globals['_TASKINFO']._serialized_end=1752
+  _globals['_LISTREQUEST']._serialized_start=1754
+  _globals['_LISTREQUEST']._serialized_end=1805
+  _globals['_LISTRESPONSE']._serialized_start=1807
+  _globals['_LISTRESPONSE']._serialized_end=1860
+  _globals['_DROPREQUEST']._serialized_start=1862
+  _globals['_DROPREQUEST']._serialized_end=1951
+  _globals['_DROPRESPONSE']._serialized_start=1953
+  _globals['_DROPRESPONSE']._serialized_end=1990
+  _globals['_TASKSTATESERVICE']._serialized_start=2146
+  _globals['_TASKSTATESERVICE']._serialized_end=2685
 # @@protoc_insertion_point(module_scope)

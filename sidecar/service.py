@@ -238,6 +238,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                 version=r.version,
                 rolled_back=r.rolled_back,
                 rolled_back_keys=r.rolled_back_keys,
+                packed_commits=True,
             )
 
         return await self._guard(context, "Open", run, request)
