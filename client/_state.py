@@ -35,11 +35,11 @@ from ._errors import CodecError, ConfigError, LimitError, TaskStateError
 from ._transport import GrpcTransport
 
 _MISSING: Any = object()
+_REENCODE: Any = object()  # in TaskState._written: a mutable value, encoded at commit
 _ENTRY_OVERHEAD = 16
 # Values of these types cannot change in place, and orjson encodes them exactly as the
 # JSON codec does (an int beyond 64 bits raises and takes the codec's path for its error).
 _SCALARS = (str, int, bool, type(None))
-_IMMUTABLE = (str, int, float, bool, type(None))
 _REQUEST_HEADROOM = 64 << 10
 _DURABILITY = {
     (False, False): pb.DURABILITY_APPLIED,
@@ -180,7 +180,8 @@ class TaskState(MutableMapping[str, Any]):
         self._session: _Session | None = None
         self._data: dict[str, Any] = {}
         self._absent: set[str] = set()  # remote mode: keys known not to exist
-        self._written: dict[str, bytes | None] = {}  # key -> encoding at write (None: deleted)
+        # key -> encoding at write; None: deleted; _REENCODE: a dict/list, encoded at commit
+        self._written: dict[str, bytes | None] = {}
         self._snap: dict[str, bytes] = {}  # mutable values read: encoding when first read
 
     # -- identity -------------------------------------------------------------
@@ -392,13 +393,12 @@ class TaskState(MutableMapping[str, Any]):
         get = self._data.get
         add = upserts.append
         for key, cached in self._written.items():
-            value = get(key, _MISSING)
-            if value is _MISSING:
+            if cached.__class__ is bytes:
+                add((key, cached))  # a value that cannot have changed since its assignment
+            elif cached is None:
                 deletes.append(key)
-            elif cached is not None and (value.__class__ in _IMMUTABLE or not _is_mutable(value)):
-                add((key, cached))
-            else:
-                add((key, enc(self.task_id, key, value)))
+            else:  # _REENCODE: a dict or list, maybe changed in place after the assignment
+                add((key, enc(self.task_id, key, get(key))))
         for key, before in self._snap.items():
             if key in self._written:
                 continue
@@ -424,7 +424,7 @@ class TaskState(MutableMapping[str, Any]):
             pos = self._codec.encode(self.task_id, "<position>", position)
         c = self.config
         budget = c.max_message_bytes - _REQUEST_HEADROOM
-        parts = _split(self.task_id, upserts, deletes, budget)
+        parts = _pieces(self.task_id, upserts, deletes, budget, session.packed)
         if len(parts) > 1 and self._ident.batch is None:
             total = sum(len(k) + len(v) + _ENTRY_OVERHEAD for k, v in upserts)
             raise LimitError(
@@ -439,7 +439,7 @@ class TaskState(MutableMapping[str, Any]):
         try:
             # In a micro-batch, pieces of a large change set are safe: a replay of the batch
             # rolls back every commit of that batch.
-            for i, (ups, dels) in enumerate(parts):
+            for i, piece in enumerate(parts):
                 last = i == len(parts) - 1
                 req = pb.CommitRequest(
                     task=self._pb_task(),
@@ -447,14 +447,8 @@ class TaskState(MutableMapping[str, Any]):
                     durability=durability,
                     replicas=c.durability.replicas,
                     writer=writer,
+                    **piece,
                 )
-                if session.packed:
-                    # one msgpack blob each: one C call, not a protobuf object per key
-                    req.packed_upserts = _pack(chain.from_iterable(ups)) if ups else b""
-                    req.packed_deletes = _pack(dels) if dels else b""
-                else:
-                    req.upserts.extend(pb.Entry(key=k, value=v) for k, v in ups)
-                    req.deletes.extend(dels)
                 if self._ident.batch is not None:
                     req.batch = self._ident.batch
                 if pos is not None and last:
@@ -510,8 +504,11 @@ class TaskState(MutableMapping[str, Any]):
                 encoded = self._codec.encode(self.task_id, key, value)
         else:
             encoded = self._codec.encode(self.task_id, key, value)
+            if _is_mutable(value):
+                encoded = _REENCODE  # encoded above for the error; again at commit
         self._data[key] = value
-        self._absent.discard(key)
+        if self._absent:
+            self._absent.discard(key)
         self._written[key] = encoded
 
     def __delitem__(self, key: str) -> None:
@@ -581,6 +578,36 @@ def _name_bad_utf8(task: str, raw: list[bytes]) -> list[Any]:
 def _pack(items: Any) -> bytes:
     """Msgpack array of str keys and bin values (the CommitRequest.packed_* form)."""
     out: bytes = msgpack.packb(list(items), use_bin_type=True)
+    return out
+
+
+def _pieces(
+    task: str,
+    upserts: list[tuple[str, bytes]],
+    deletes: list[str],
+    budget: int,
+    packed: bool,
+) -> list[dict[str, Any]]:
+    """The change set as CommitRequest fields, in pieces under `budget` bytes each.
+
+    Packed (the sidecar reads `packed_*`): one msgpack blob per side, one C call each; the
+    blobs' length is the size check, so the common case never walks the entries in Python.
+    Otherwise the per-entry fields an older sidecar reads.
+    """
+    if packed:
+        ups = _pack(chain.from_iterable(upserts)) if upserts else b""
+        dels = _pack(deletes) if deletes else b""
+        if len(ups) + len(dels) + _ENTRY_OVERHEAD <= budget:
+            return [{"packed_upserts": ups, "packed_deletes": dels}]
+    out: list[dict[str, Any]] = []
+    for u, d in _split(task, upserts, deletes, budget):
+        if packed:
+            out.append({
+                "packed_upserts": _pack(chain.from_iterable(u)) if u else b"",
+                "packed_deletes": _pack(d) if d else b"",
+            })  # fmt: skip
+        else:
+            out.append({"upserts": [pb.Entry(key=k, value=v) for k, v in u], "deletes": d})
     return out
 
 

@@ -1,0 +1,296 @@
+"""Figure 5: from a killed Python worker to the next completed batch, with a large state.
+
+Two streaming queries over the same replayable source, each with `keys` keys of state
+spread over 2 partitions (batch 0 creates them; later batches update `per_batch` of them):
+
+- `taskstate`: `repartition(2, key).mapInPandas(...)` keeping a running sum per key in a
+  TaskState (mirror mode: the worker holds the mapping, the sidecar and Redis the copy);
+- `spark`: `groupBy(key).agg(sum, count)` in update mode, whose state lives in Spark's
+  RocksDB state store, followed in the same stage by a pandas step (`mapInPandas` inside
+  `foreachBatch`), so a Python worker sits in the stateful task as it does in ours.
+
+In batch `kill_at`, the task of partition 0 SIGKILLs its own Python worker on its first
+attempt, before touching state, after writing the wall-clock time to `killed.json`. Spark
+retries the task: ours starts a new worker that must restore its half of the state from
+the sidecar; Spark's reloads its state store version. The figure is the time from the kill
+to the end of that batch (trigger start + batchDuration in the progress report), next to
+each query's median batch without a fault.
+
+Run by `python -m benchmarks` in a child process per query:
+    python -m benchmarks.recovery --state taskstate|spark --keys N ... --work DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+SOURCE = "taskstate_bench_recovery"
+SCHEMA = "key string, value long"
+OUT = "part int, rows long"
+
+
+def key_of(i: int) -> str:
+    """The i-th key of the state."""
+    return f"k{i:07d}"
+
+
+def register_source(spark: Any) -> None:
+    """Offsets are batch numbers; batch 0 has every key once, later ones `per_batch` rows."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+    class Part(InputPartition):
+        def __init__(self, batch: int, lo: int, hi: int) -> None:
+            self.batch, self.lo, self.hi = batch, lo, hi
+
+    class Reader(DataSourceStreamReader):
+        def __init__(self, options: Any) -> None:
+            self.keys = int(options["keys"])
+            self.per_batch = int(options["per_batch"])
+            self.batches = int(options["batches"])
+
+        def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's name
+            return {"batch": 0}
+
+        def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:  # noqa: N802
+            return {"batch": min(start["batch"] + 1, self.batches)}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Any]:
+            out = []
+            for b in range(start["batch"], end["batch"]):
+                n = self.keys if b == 0 else self.per_batch
+                out += [Part(b, 0, n // 2), Part(b, n // 2, n)]
+            return out
+
+        def read(self, partition: Any) -> Iterator[tuple[Any, ...]]:
+            b, keys = partition.batch, self.keys
+            for i in range(partition.lo, partition.hi):
+                if b == 0:
+                    yield key_of(i), 1
+                else:  # spread over the whole key space, different keys each batch
+                    yield key_of((i * 7919 + b * 104729) % keys), b
+
+        def commit(self, end: dict[str, int]) -> None:
+            pass
+
+    class Source(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return SOURCE
+
+        def schema(self) -> str:
+            return SCHEMA
+
+        def streamReader(self, schema: Any) -> Reader:  # noqa: N802 - Spark's name
+            return Reader(self.options)
+
+    spark.dataSource.register(Source)
+
+
+def _maybe_kill(work: str, batch: int, part: int) -> None:
+    """SIGKILL this Python worker: partition 0 of the chosen batch, first attempt only."""
+    if part != 0:
+        return
+    marker = Path(work) / "killed.json"
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return
+    os.write(fd, json.dumps({"batch": batch, "at": time.time(), "pid": os.getpid()}).encode())
+    os.close(fd)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def taskstate_fn(ns: str, sidecar: str, work: str, kill_at: int) -> Any:
+    """The mapInPandas step of the taskstate query: a running sum per key in TaskState."""
+
+    def update(frames: Iterator[Any]) -> Iterator[Any]:
+        import pandas as pd
+
+        from taskstate.client import TaskState
+        from taskstate.spark_plugin.jobs import task_info
+
+        ctx, batch, part = task_info()
+        if batch == kill_at:
+            _maybe_kill(work, batch, part)
+        rows = 0
+        with TaskState(ctx, component="recovery", namespace=ns, sidecar=sidecar) as s:
+            get = s.get
+            for f in frames:
+                for k, v in zip(f["key"].tolist(), f["value"].tolist(), strict=True):
+                    s[k] = get(k, 0) + v
+                rows += len(f)
+        yield pd.DataFrame({"part": [part], "rows": [rows]})
+
+    return update
+
+
+def spark_fn(work: str, kill_at: int, batch: int) -> Any:
+    """The pandas step after Spark's aggregation (its state is in the state store)."""
+
+    def passthrough(frames: Iterator[Any]) -> Iterator[Any]:
+        import pandas as pd
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        part = ctx.partitionId() if ctx is not None else -1
+        if batch == kill_at:
+            _maybe_kill(work, batch, part)
+        rows = sum(len(f) for f in frames)
+        yield pd.DataFrame({"part": [part], "rows": [rows]})
+
+    return passthrough
+
+
+def job(a: argparse.Namespace) -> int:
+    """Run one query until every batch is committed; write its progress reports."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
+
+    from taskstate.spark_plugin.jobs import ROCKSDB, run_until_committed
+
+    work = Path(a.work)
+    spark = (
+        SparkSession.builder.master("local[2,4]")  # 4 attempts per task
+        .appName(f"taskstate-bench-recovery-{a.state}")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+        .config("spark.task.maxFailures", "4")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    register_source(spark)
+    events = (
+        spark.readStream.format(SOURCE)
+        .option("keys", str(a.keys))
+        .option("per_batch", str(a.per_batch))
+        .option("batches", str(a.batches))
+        .load()
+    )
+    checkpoint = str(work / "checkpoint")
+    if a.state == "taskstate":
+        query = (
+            events.repartition(2, "key")
+            .mapInPandas(taskstate_fn(a.namespace, a.sidecar, str(work), a.kill_at), OUT)
+            .writeStream.format("noop")
+            .option("checkpointLocation", checkpoint)
+            .start()
+        )
+    else:
+        totals = events.groupBy("key").agg(F.sum("value").alias("total"), F.count("*").alias("n"))
+
+        def each(df: Any, batch: int) -> None:
+            df.mapInPandas(spark_fn(str(work), a.kill_at, batch), OUT).write.format("noop").mode(
+                "overwrite"
+            ).save()
+
+        query = (
+            totals.writeStream.outputMode("update")
+            .foreachBatch(each)
+            .option("checkpointLocation", checkpoint)
+            .start()
+        )
+    return run_until_committed(
+        spark, query, checkpoint, a.batches, progress_file=str(work / "progress.json")
+    )
+
+
+# -- the figure (driver side) -----------------------------------------------------------
+
+
+def _end_s(report: dict[str, Any]) -> float:
+    """Wall-clock end of a batch: its trigger start plus its duration."""
+    start = datetime.fromisoformat(report["timestamp"].replace("Z", "+00:00")).timestamp()
+    return start + float(report["batchDuration"]) / 1e3
+
+
+def expected_totals(keys: int, per_batch: int, batches: int) -> dict[str, int]:
+    """What the state must hold after `batches` batches (the source is deterministic)."""
+    totals = dict.fromkeys(map(key_of, range(keys)), 1)
+    for b in range(1, batches):
+        for i in range(per_batch):
+            totals[key_of((i * 7919 + b * 104729) % keys)] += b
+    return totals
+
+
+def run_one(
+    state: str,
+    work: Path,
+    sidecar: str,
+    namespace: str,
+    sizes: tuple[int, int, int, int],
+) -> dict[str, float]:
+    """One query, killed once: {recovery_s, normal_ms, fault_batch_ms, first_batch_s}."""
+    keys, per_batch, batches, kill_at = sizes
+    work.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable, "-m", "benchmarks.recovery", "--state", state, "--keys", str(keys),
+        "--per-batch", str(per_batch), "--batches", str(batches), "--kill-at", str(kill_at),
+        "--work", str(work), "--sidecar", sidecar, "--namespace", namespace,
+    ]  # fmt: skip
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    root = str(Path(__file__).resolve().parent.parent)  # workers import benchmarks.recovery
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    with open(work / "query.log", "wb") as log:
+        proc = subprocess.Popen(  # noqa: S603 - our own module
+            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            code = proc.wait(timeout=900)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise RuntimeError(f"the {state} recovery query did not finish in 900 s") from None
+    if code != 0:
+        tail = (work / "query.log").read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"the {state} recovery query exited with {code}:\n{tail}")
+    killed = json.loads((work / "killed.json").read_text())
+    if killed["batch"] != kill_at:
+        raise AssertionError(f"{state}: the worker was killed in batch {killed['batch']}")
+    reports = {int(r["batchId"]): r for r in json.loads((work / "progress.json").read_text())}
+    if sorted(reports) != list(range(batches)):
+        raise AssertionError(f"{state}: progress for batches {sorted(reports)}")
+    for b, r in reports.items():
+        want = keys if b == 0 else per_batch
+        if int(r["numInputRows"]) != want:
+            raise AssertionError(f"{state}: batch {b} read {r['numInputRows']} rows, not {want}")
+    normal = [float(reports[b]["batchDuration"]) for b in range(1, batches) if b != kill_at]
+    return {
+        "recovery_s": _end_s(reports[kill_at]) - float(killed["at"]),
+        "normal_ms": statistics.median(normal),
+        "fault_batch_ms": float(reports[kill_at]["batchDuration"]),
+        "first_batch_s": float(reports[0]["batchDuration"]) / 1e3,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the child process running one query."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks.recovery")
+    p.add_argument("--state", choices=("taskstate", "spark"), required=True)
+    p.add_argument("--keys", type=int, required=True)
+    p.add_argument("--per-batch", type=int, required=True)
+    p.add_argument("--batches", type=int, required=True)
+    p.add_argument("--kill-at", type=int, required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--sidecar", default="")
+    p.add_argument("--namespace", default="bench-recovery")
+    return job(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
