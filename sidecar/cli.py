@@ -86,6 +86,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="exit (draining) when this process, normally the executor JVM, is gone",
     )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve Prometheus metrics on http://HOST:PORT/metrics (0: any free port; "
+        "default: off)",
+    )
+    p.add_argument(
+        "--metrics-host",
+        default="0.0.0.0",  # noqa: S104 - scraped from the pod IP
+        help="address the metrics endpoint binds (default 0.0.0.0)",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
@@ -119,6 +131,8 @@ def from_args(ns: argparse.Namespace) -> SidecarConfig:
         durability_timeout_ms=ns.durability_timeout_ms,
         log_level=ns.log_level,
         parent_pid=ns.parent_pid,
+        metrics_port=ns.metrics_port,
+        metrics_host=ns.metrics_host,
     )
 
 

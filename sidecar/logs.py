@@ -5,11 +5,17 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from contextvars import ContextVar
 from typing import Any
 
 import orjson
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message"}
+
+# Fields of the request being served (task, batch, epoch): every record logged while
+# serving it carries them, retries and Redis errors included. grpc.aio serves each call in
+# its own asyncio task, so each call sees its own value.
+REQUEST: ContextVar[dict[str, Any] | None] = ContextVar("taskstate_request", default=None)
 
 
 class JsonFormatter(logging.Formatter):
@@ -24,6 +30,9 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
+        context = REQUEST.get()
+        if context:
+            out.update(context)
         for k, v in record.__dict__.items():
             if k not in _STANDARD and not k.startswith("_"):
                 out[k] = v

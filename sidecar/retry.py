@@ -26,6 +26,7 @@ from tenacity import (
 
 from taskstate.proto import codes
 
+from . import metrics
 from .errors import SidecarError
 
 T = TypeVar("T")
@@ -107,6 +108,8 @@ class RetryPolicy:
 
         def _log(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
+            metrics.REDIS_RETRIES.labels(what).inc()
+            metrics.REDIS_ERRORS.labels(what, type(exc).__name__).inc()
             log.warning(
                 "redis call failed, retrying",
                 extra={"op": what, "attempt": state.attempt_number, "error": repr(exc)},
@@ -125,6 +128,7 @@ class RetryPolicy:
         except SidecarError:
             raise
         except Exception as exc:
+            metrics.REDIS_ERRORS.labels(what, type(exc).__name__).inc()
             if is_permanent_connection_error(exc):
                 raise SidecarError(
                     codes.STORAGE_UNAVAILABLE,

@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 
+from . import metrics
 from .retry import RetryPolicy, is_permanent_connection_error
 from .service import Limits, TaskStateServicer
 from .storage.base import Storage
@@ -48,6 +49,9 @@ class SidecarConfig:
     # Secrets and TLS files beside the URL; None: the URL alone.
     redis: RedisSettings | None = None
     health_interval_s: float = 1.0
+    # Prometheus /metrics: None = off; 0 picks a free port (printed in the ready line).
+    metrics_port: int | None = None
+    metrics_host: str = "0.0.0.0"  # noqa: S104 - Prometheus scrapes the pod IP
 
     def __repr__(self) -> str:
         return f"SidecarConfig(redis_url={redact(self.redis_url)!r}, listen={self.listen!r})"
@@ -143,6 +147,7 @@ class Sidecar:
         return min(5.0, self.config.redis_deadline_s)
 
     async def _set_health(self, serving: bool) -> None:
+        metrics.REDIS_UP.set(1 if serving else 0)
         if serving == self._serving:
             return
         self._serving = serving
@@ -219,8 +224,20 @@ async def serve(config: SidecarConfig) -> int:
     watcher = None
     if config.parent_pid is not None:
         watcher = asyncio.create_task(_watch_parent(config.parent_pid, stop))
+    extra = ""
+    if config.metrics_port is not None:
+        try:
+            http = metrics.serve(config.metrics_port, config.metrics_host)
+        except OSError as exc:
+            await sidecar.stop()
+            raise ConfigError(
+                f"--metrics-port {config.metrics_port}: cannot serve metrics on "
+                f"{config.metrics_host}: {exc}. Pick a free port, or 0 for any."
+            ) from exc
+        extra = f" metrics http://{config.metrics_host}:{http.server_port}/metrics"
     print(
-        f"taskstate sidecar ready: listening on {' '.join(addresses)} pid {os.getpid()}", flush=True
+        f"taskstate sidecar ready: listening on {' '.join(addresses)} pid {os.getpid()}{extra}",
+        flush=True,
     )
     log.info("sidecar ready", extra={"listen": addresses})
     await stop.wait()

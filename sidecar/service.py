@@ -7,7 +7,9 @@ taskstate code (`taskstate.proto.codes`); no Python traceback crosses the wire.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any, NoReturn, TypeVar
@@ -19,7 +21,9 @@ from taskstate.proto import codes, ids
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 
+from . import metrics
 from .errors import SidecarError
+from .logs import REQUEST
 from .storage.base import Durability, Storage, TaskKey, TaskMeta
 
 log = logging.getLogger("taskstate.sidecar")
@@ -172,6 +176,44 @@ def _unpack_upserts(blob: bytes, fq: str) -> list[tuple[str, bytes]]:
     return list(zip(keys, values, strict=True))
 
 
+def _request_fields(request: Any) -> dict[str, Any]:
+    """task, batch and epoch of a request, for its log records (only what it carries)."""
+    out: dict[str, Any] = {}
+    t = getattr(request, "task", None)
+    if t is not None and t.namespace:
+        out["task"] = f"{t.namespace}/{t.component}/{t.partition}"
+    elif getattr(request, "namespace", ""):
+        out["namespace"] = request.namespace
+    if request is not None and "batch" in request.DESCRIPTOR.fields_by_name:
+        if request.HasField("batch"):
+            out["batch"] = request.batch
+    if getattr(request, "epoch", 0):
+        out["epoch"] = request.epoch
+    return out
+
+
+@contextmanager
+def _observed(method: str, request: Any) -> Iterator[list[str]]:
+    """Count the call (in flight, then by outcome) and tag its log records.
+
+    The caller puts the outcome's code in the yielded list; nothing there means "ok".
+    """
+    token = REQUEST.set(_request_fields(request))
+    gauge = metrics.IN_FLIGHT.labels(method)
+    gauge.inc()
+    outcome: list[str] = []
+    try:
+        yield outcome
+    except BaseException:
+        if not outcome:
+            outcome.append(codes.INTERNAL)
+        raise
+    finally:
+        gauge.dec()
+        metrics.REQUESTS.labels(method, outcome[0] if outcome else "ok").inc()
+        REQUEST.reset(token)
+
+
 class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]  # no .pyi
     """Implements taskstate.v1.TaskStateService on top of a Storage."""
 
@@ -186,16 +228,21 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
         fn: Callable[[], Awaitable[T]],
         request: Any = None,
     ) -> T:
-        try:
-            return await fn()
-        except SidecarError as exc:
-            await self._abort(context, _naming_task(exc, request))
-        except Exception as exc:  # the wire gets a status, the log gets the traceback
-            log.exception("unexpected failure in %s", what)
-            await self._abort(
-                context,
-                SidecarError(codes.INTERNAL, f"internal error in {what}: {type(exc).__name__}"),
-            )
+        with _observed(what, request) as outcome:
+            try:
+                return await fn()
+            except SidecarError as exc:
+                outcome.append(exc.code)
+                if exc.code == codes.FENCED:
+                    metrics.FENCED.inc()
+                await self._abort(context, _naming_task(exc, request))
+            except Exception as exc:  # the wire gets a status, the log gets the traceback
+                outcome.append(codes.INTERNAL)
+                log.exception("unexpected failure in %s", what)
+                await self._abort(
+                    context,
+                    SidecarError(codes.INTERNAL, f"internal error in {what}: {type(exc).__name__}"),
+                )
 
     @staticmethod
     async def _abort(context: aio.ServicerContext[Any, Any], exc: SidecarError) -> NoReturn:
@@ -218,6 +265,10 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
             r = await self.storage.open(
                 task, batch, codec=codec, writer=_writer(request.writer), durability=durability
             )
+            if r.rolled_back:
+                metrics.ROLLBACKS.inc()
+                metrics.ROLLED_BACK_KEYS.inc(r.rolled_back_keys)
+            REQUEST.set({**(REQUEST.get() or {}), "epoch": r.epoch})
             log.log(
                 logging.INFO if r.rolled_back else logging.DEBUG,
                 "task opened (replayed batch rolled back)" if r.rolled_back else "task opened",
@@ -246,34 +297,42 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
     async def Restore(  # noqa: D102
         self, request: pb.RestoreRequest, context: aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.RestoreChunk]:
-        try:
-            task = task_key(request.task)
-            epoch = _epoch(request.epoch, task.fq)
-            n = request.max_fields or DEFAULT_CHUNK_FIELDS
-            n = max(1, min(n, MAX_CHUNK_FIELDS))
-            async for items in self.storage.restore(task, epoch, n):
-                for piece in _pieces(items):
-                    if request.packed:
-                        # keys and values as msgpack raw strings, straight from Redis: the
-                        # client decodes (and UTF-8-checks) them in C
-                        flat = list(chain.from_iterable(piece))
-                        yield pb.RestoreChunk(packed=msgpack.packb(flat, use_bin_type=False))
-                    else:
-                        yield pb.RestoreChunk(
-                            entries=[
-                                pb.Entry(key=k if isinstance(k, str) else k.decode(), value=v)
-                                for k, v in piece
-                            ]
-                        )
-            version = await self.storage.version(task)
-            yield pb.RestoreChunk(last=True, version=version)
-        except SidecarError as exc:
-            await self._abort(context, _naming_task(exc, request))
-        except Exception as exc:
-            log.exception("unexpected failure in Restore")
-            await self._abort(
-                context, SidecarError(codes.INTERNAL, f"internal error in Restore: {exc!r}")
-            )
+        with _observed("Restore", request) as outcome:
+            try:
+                t0 = time.perf_counter()
+                task = task_key(request.task)
+                epoch = _epoch(request.epoch, task.fq)
+                n = request.max_fields or DEFAULT_CHUNK_FIELDS
+                n = max(1, min(n, MAX_CHUNK_FIELDS))
+                sent = 0
+                async for items in self.storage.restore(task, epoch, n):
+                    sent += len(items)
+                    for piece in _pieces(items):
+                        if request.packed:
+                            # keys and values as msgpack raw strings, straight from Redis:
+                            # the client decodes (and UTF-8-checks) them in C
+                            flat = list(chain.from_iterable(piece))
+                            yield pb.RestoreChunk(packed=msgpack.packb(flat, use_bin_type=False))
+                        else:
+                            yield pb.RestoreChunk(
+                                entries=[
+                                    pb.Entry(key=k if isinstance(k, str) else k.decode(), value=v)
+                                    for k, v in piece
+                                ]
+                            )
+                version = await self.storage.version(task)
+                yield pb.RestoreChunk(last=True, version=version)
+                metrics.RESTORE_KEYS.inc(sent)
+                metrics.RESTORE_SECONDS.observe(time.perf_counter() - t0)
+            except SidecarError as exc:
+                outcome.append(exc.code)
+                await self._abort(context, _naming_task(exc, request))
+            except Exception as exc:
+                outcome.append(codes.INTERNAL)
+                log.exception("unexpected failure in Restore")
+                await self._abort(
+                    context, SidecarError(codes.INTERNAL, f"internal error in Restore: {exc!r}")
+                )
 
     async def Commit(  # noqa: D102
         self, request: pb.CommitRequest, context: aio.ServicerContext[Any, Any]
@@ -294,6 +353,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                 deletes.extend(_unpack_keys(request.packed_deletes, task.fq, "packed_deletes"))
             if deletes and not set(deletes).isdisjoint(k for k, _ in upserts):
                 raise _bad(f"task {task.fq}: a key is both upserted and deleted in one commit")
+            t0 = time.perf_counter()
             r = await self.storage.commit(
                 task,
                 epoch,
@@ -303,6 +363,14 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                 request.position if request.has_position else None,
                 writer=_writer(request.writer),
                 durability=durability,
+            )
+            metrics.COMMIT_SECONDS.observe(time.perf_counter() - t0)
+            metrics.COMMITS.inc()
+            metrics.COMMIT_KEYS.inc(len(upserts) + len(deletes))
+            metrics.COMMIT_BYTES.inc(
+                len(request.packed_upserts) + len(request.packed_deletes)
+                if request.packed_upserts or request.packed_deletes
+                else sum(len(k) + len(v) for k, v in upserts) + sum(map(len, deletes))
             )
             return pb.CommitResponse(
                 version=r.version, size=r.size, replicas_acked=r.replicas_acked

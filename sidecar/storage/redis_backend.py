@@ -25,7 +25,7 @@ import redis.exceptions as rex
 
 from taskstate.proto import codes
 
-from .. import errors
+from .. import errors, metrics
 from ..errors import SidecarError
 from ..retry import RetryPolicy
 from .base import LAYOUT_VERSION, CommitResult, Durability, OpenResult, TaskKey, TaskMeta
@@ -153,6 +153,7 @@ class RedisStorage:
                 replies = replies[1:]
             first = replies[0]
             if isinstance(first, rex.MovedError):
+                metrics.REDIS_REDIRECTS.labels("moved").inc()
                 log.info(
                     "slot moved: following it",
                     extra={"slot": first.slot_id, "to": f"{first.host}:{first.port}"},
@@ -161,6 +162,7 @@ class RedisStorage:
                 ask = None
                 continue
             if isinstance(first, rex.AskError):
+                metrics.REDIS_REDIRECTS.labels("ask").inc()
                 ask = cluster.get_node(host=first.host, port=first.port)
                 if ask is None:
                     await self._refresh_topology()

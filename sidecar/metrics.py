@@ -1,0 +1,110 @@
+"""Prometheus metrics of the sidecar, served on `--metrics-port` (off by default).
+
+Labels are bounded: the RPC method, a stable error code, the Redis operation. Never a
+task id or a namespace: one series per task would grow without limit on a large job.
+Per-task facts are in the logs (every record of a request carries task, batch and epoch)
+and in `taskstate show`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+log = logging.getLogger("taskstate.sidecar.metrics")
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+_LATENCY = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+REQUESTS = Counter(
+    "taskstate_requests",
+    "gRPC requests answered, by method and outcome code ('ok' or a taskstate error code).",
+    ["method", "code"],
+    registry=REGISTRY,
+)
+IN_FLIGHT = Gauge(
+    "taskstate_requests_in_flight",
+    "gRPC requests being served now, by method.",
+    ["method"],
+    registry=REGISTRY,
+)
+COMMITS = Counter(
+    "taskstate_commits",
+    "Commits applied (acknowledged to the client).",
+    registry=REGISTRY,
+)
+COMMIT_SECONDS = Histogram(
+    "taskstate_commit_seconds",
+    "Time to apply one commit, from request to acknowledgement (durability included).",
+    buckets=_LATENCY,
+    registry=REGISTRY,
+)
+COMMIT_BYTES = Counter(
+    "taskstate_commit_bytes",
+    "Bytes of keys and encoded values written by applied commits.",
+    registry=REGISTRY,
+)
+COMMIT_KEYS = Counter(
+    "taskstate_commit_keys",
+    "Keys written or deleted by applied commits.",
+    registry=REGISTRY,
+)
+FENCED = Counter(
+    "taskstate_fenced_commits",
+    "Commits refused because a newer attempt of the task holds the claim (zombie writers).",
+    registry=REGISTRY,
+)
+ROLLBACKS = Counter(
+    "taskstate_replay_rollbacks",
+    "Opens that rolled back a replayed batch before the retry counted it again.",
+    registry=REGISTRY,
+)
+ROLLED_BACK_KEYS = Counter(
+    "taskstate_replay_rollback_keys",
+    "Keys restored to their value before a replayed batch.",
+    registry=REGISTRY,
+)
+RESTORE_KEYS = Counter(
+    "taskstate_restore_keys",
+    "Keys sent to workers by Restore.",
+    registry=REGISTRY,
+)
+RESTORE_SECONDS = Histogram(
+    "taskstate_restore_seconds",
+    "Time to stream one task's state to a worker.",
+    buckets=_LATENCY,
+    registry=REGISTRY,
+)
+REDIS_RETRIES = Counter(
+    "taskstate_redis_retries",
+    "Redis calls retried after an error that is safe to retry, by operation.",
+    ["op"],
+    registry=REGISTRY,
+)
+REDIS_ERRORS = Counter(
+    "taskstate_redis_errors",
+    "Redis errors seen (retried or not), by operation and error class.",
+    ["op", "error"],
+    registry=REGISTRY,
+)
+REDIS_REDIRECTS = Counter(
+    "taskstate_redis_redirects",
+    "Redis Cluster redirections followed (MOVED or ASK).",
+    ["kind"],
+    registry=REGISTRY,
+)
+REDIS_UP = Gauge(
+    "taskstate_redis_up",
+    "1 while Redis (every primary of a cluster) answers the health ping, else 0.",
+    registry=REGISTRY,
+)
+
+
+def serve(port: int, host: str = "0.0.0.0") -> Any:  # noqa: S104 - scraped from the pod IP
+    """Serve /metrics on `host:port`; returns the server (its `server_port` is the port)."""
+    server, _thread = start_http_server(port, addr=host, registry=REGISTRY)
+    log.info("metrics served", extra={"address": f"http://{host}:{server.server_port}/metrics"})
+    return server
