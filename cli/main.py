@@ -6,6 +6,8 @@
 - `taskstate example [...]`: run the end-to-end Spark example with a private Redis and
   sidecar (needs `taskstate[spark]`).
 - `taskstate spark-package --out DIR`: the plugin jar and py-files zip for spark-submit.
+- `taskstate ls | show | export | import | drop | doctor`: see inside the stored state,
+  move it, drop it, check the setup (see `taskstate.cli.admin`).
 """
 
 from __future__ import annotations
@@ -14,12 +16,17 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+ADMIN_COMMANDS = ("ls", "show", "export", "import", "drop", "doctor")
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch to a subcommand."""
     args = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog="taskstate", description=__doc__)
-    parser.add_argument("command", choices=["sidecar", "demo", "example", "spark-package"])
+    parser.add_argument(
+        "command",
+        choices=["sidecar", "demo", "example", "spark-package", *ADMIN_COMMANDS],
+    )
     if not args or args[0] in ("-h", "--help"):
         parser.print_help()
         return 0 if args else 2
@@ -36,6 +43,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from taskstate.spark_plugin.example import main as example_main
 
         return example_main(rest)
+    if command in ADMIN_COMMANDS:
+        from taskstate.cli.admin import main as admin_main
+
+        return admin_main(command, rest)
     if command == "spark-package":
         from taskstate.spark_plugin.package import main as package_main
 

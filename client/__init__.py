@@ -9,6 +9,7 @@ s["#spark"] = {"rate": 1.7, "last": 12}
 from ._config import DEFAULT_SIDECAR, DurabilitySpec, TaskStateConfig
 from ._context import LocalContext
 from ._errors import (
+    AlreadyExistsError,
     CodecError,
     ConfigError,
     CorruptStateError,
@@ -16,8 +17,10 @@ from ._errors import (
     FencedError,
     InvalidRequestError,
     LimitError,
+    NotFoundError,
     SidecarUnavailableError,
     StateAheadError,
+    StateChangedError,
     StorageUnavailableError,
     TaskStateError,
 )
@@ -25,6 +28,7 @@ from ._state import OpenInfo, Phase, TaskState
 
 __all__ = [
     "DEFAULT_SIDECAR",
+    "AlreadyExistsError",
     "CodecError",
     "ConfigError",
     "CorruptStateError",
@@ -34,10 +38,12 @@ __all__ = [
     "InvalidRequestError",
     "LimitError",
     "LocalContext",
+    "NotFoundError",
     "OpenInfo",
     "Phase",
     "SidecarUnavailableError",
     "StateAheadError",
+    "StateChangedError",
     "StorageUnavailableError",
     "TaskState",
     "TaskStateConfig",

@@ -82,6 +82,24 @@ class StorageUnavailableError(TaskStateError, ConnectionError):
     code = codes.STORAGE_UNAVAILABLE
 
 
+class NotFoundError(TaskStateError, LookupError):
+    """The task has no stored state (operator commands)."""
+
+    code = codes.NOT_FOUND
+
+
+class AlreadyExistsError(TaskStateError):
+    """An import onto a task that has state (drop it first, or replace it)."""
+
+    code = codes.ALREADY_EXISTS
+
+
+class StateChangedError(TaskStateError):
+    """The state changed while it was read without a claim; read it again."""
+
+    code = codes.CHANGED
+
+
 ERROR_BY_CODE: dict[str, type[TaskStateError]] = {
     cls.code: cls
     for cls in (
@@ -95,6 +113,9 @@ ERROR_BY_CODE: dict[str, type[TaskStateError]] = {
         CorruptStateError,
         SidecarUnavailableError,
         StorageUnavailableError,
+        NotFoundError,
+        AlreadyExistsError,
+        StateChangedError,
         TaskStateError,
     )
 }

@@ -19,6 +19,10 @@ DURABILITY = "DURABILITY"
 LIMIT = "LIMIT"
 CORRUPT_STATE = "CORRUPT_STATE"
 INTERNAL = "INTERNAL"
+# operator commands (taskstate show/export/import)
+NOT_FOUND = "NOT_FOUND"
+ALREADY_EXISTS = "ALREADY_EXISTS"
+CHANGED = "CHANGED"  # the state kept changing while it was read; read again
 
 ALL = frozenset(
     {
@@ -33,5 +37,8 @@ ALL = frozenset(
         LIMIT,
         CORRUPT_STATE,
         INTERNAL,
+        NOT_FOUND,
+        ALREADY_EXISTS,
+        CHANGED,
     }
 )

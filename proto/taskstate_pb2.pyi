@@ -219,10 +219,12 @@ class ListRequest(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ...) -> None: ...
 
 class ListResponse(_message.Message):
-    __slots__ = ("tasks",)
+    __slots__ = ("tasks", "namespaces")
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACES_FIELD_NUMBER: _ClassVar[int]
     tasks: _containers.RepeatedCompositeFieldContainer[TaskInfo]
-    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ...) -> None: ...
+    namespaces: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ..., namespaces: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DropRequest(_message.Message):
     __slots__ = ("namespace", "component", "partition")
@@ -239,3 +241,89 @@ class DropResponse(_message.Message):
     TASKS_DROPPED_FIELD_NUMBER: _ClassVar[int]
     tasks_dropped: int
     def __init__(self, tasks_dropped: _Optional[int] = ...) -> None: ...
+
+class ReadRequest(_message.Message):
+    __slots__ = ("task", "pattern", "max_fields")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    MAX_FIELDS_FIELD_NUMBER: _ClassVar[int]
+    task: TaskId
+    pattern: str
+    max_fields: int
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., pattern: _Optional[str] = ..., max_fields: _Optional[int] = ...) -> None: ...
+
+class ImportRequest(_message.Message):
+    __slots__ = ("task", "entries", "committed_batch", "position", "has_position", "codec", "replace", "append", "epoch")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_BATCH_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    HAS_POSITION_FIELD_NUMBER: _ClassVar[int]
+    CODEC_FIELD_NUMBER: _ClassVar[int]
+    REPLACE_FIELD_NUMBER: _ClassVar[int]
+    APPEND_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    task: TaskId
+    entries: _containers.RepeatedCompositeFieldContainer[Entry]
+    committed_batch: int
+    position: bytes
+    has_position: bool
+    codec: str
+    replace: bool
+    append: bool
+    epoch: int
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., codec: _Optional[str] = ..., replace: _Optional[bool] = ..., append: _Optional[bool] = ..., epoch: _Optional[int] = ...) -> None: ...
+
+class ImportResponse(_message.Message):
+    __slots__ = ("epoch", "size")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    size: int
+    def __init__(self, epoch: _Optional[int] = ..., size: _Optional[int] = ...) -> None: ...
+
+class DoctorRequest(_message.Message):
+    __slots__ = ("durability", "replicas")
+    DURABILITY_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    durability: Durability
+    replicas: int
+    def __init__(self, durability: _Optional[_Union[Durability, str]] = ..., replicas: _Optional[int] = ...) -> None: ...
+
+class ServerReport(_message.Message):
+    __slots__ = ("address", "role", "version", "aof_enabled", "appendfsync", "connected_replicas")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    AOF_ENABLED_FIELD_NUMBER: _ClassVar[int]
+    APPENDFSYNC_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    role: str
+    version: str
+    aof_enabled: bool
+    appendfsync: str
+    connected_replicas: int
+    def __init__(self, address: _Optional[str] = ..., role: _Optional[str] = ..., version: _Optional[str] = ..., aof_enabled: _Optional[bool] = ..., appendfsync: _Optional[str] = ..., connected_replicas: _Optional[int] = ...) -> None: ...
+
+class Check(_message.Message):
+    __slots__ = ("name", "ok", "detail")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    ok: bool
+    detail: str
+    def __init__(self, name: _Optional[str] = ..., ok: _Optional[bool] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class DoctorResponse(_message.Message):
+    __slots__ = ("topology", "redis_url", "servers", "checks")
+    TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
+    REDIS_URL_FIELD_NUMBER: _ClassVar[int]
+    SERVERS_FIELD_NUMBER: _ClassVar[int]
+    CHECKS_FIELD_NUMBER: _ClassVar[int]
+    topology: str
+    redis_url: str
+    servers: _containers.RepeatedCompositeFieldContainer[ServerReport]
+    checks: _containers.RepeatedCompositeFieldContainer[Check]
+    def __init__(self, topology: _Optional[str] = ..., redis_url: _Optional[str] = ..., servers: _Optional[_Iterable[_Union[ServerReport, _Mapping]]] = ..., checks: _Optional[_Iterable[_Union[Check, _Mapping]]] = ...) -> None: ...

@@ -74,6 +74,21 @@ class TaskStateServiceStub:
                 request_serializer=taskstate_dot_proto_dot_taskstate__pb2.DropRequest.SerializeToString,
                 response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.DropResponse.FromString,
                 _registered_method=True)
+        self.Read = channel.unary_stream(
+                '/taskstate.v1.TaskStateService/Read',
+                request_serializer=taskstate_dot_proto_dot_taskstate__pb2.ReadRequest.SerializeToString,
+                response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.RestoreChunk.FromString,
+                _registered_method=True)
+        self.Import = channel.unary_unary(
+                '/taskstate.v1.TaskStateService/Import',
+                request_serializer=taskstate_dot_proto_dot_taskstate__pb2.ImportRequest.SerializeToString,
+                response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.ImportResponse.FromString,
+                _registered_method=True)
+        self.Doctor = channel.unary_unary(
+                '/taskstate.v1.TaskStateService/Doctor',
+                request_serializer=taskstate_dot_proto_dot_taskstate__pb2.DoctorRequest.SerializeToString,
+                response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.DoctorResponse.FromString,
+                _registered_method=True)
 
 
 class TaskStateServiceServicer:
@@ -132,6 +147,26 @@ class TaskStateServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Read(self, request, context):
+        """The committed state, read without a claim; consistent (one version) or refused.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Import(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Doctor(self, request, context):
+        """What the sidecar sees of Redis, and whether a durability level is possible there.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TaskStateServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -174,6 +209,21 @@ def add_TaskStateServiceServicer_to_server(servicer, server):
                     servicer.Drop,
                     request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.DropRequest.FromString,
                     response_serializer=taskstate_dot_proto_dot_taskstate__pb2.DropResponse.SerializeToString,
+            ),
+            'Read': grpc.unary_stream_rpc_method_handler(
+                    servicer.Read,
+                    request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.ReadRequest.FromString,
+                    response_serializer=taskstate_dot_proto_dot_taskstate__pb2.RestoreChunk.SerializeToString,
+            ),
+            'Import': grpc.unary_unary_rpc_method_handler(
+                    servicer.Import,
+                    request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.ImportRequest.FromString,
+                    response_serializer=taskstate_dot_proto_dot_taskstate__pb2.ImportResponse.SerializeToString,
+            ),
+            'Doctor': grpc.unary_unary_rpc_method_handler(
+                    servicer.Doctor,
+                    request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.DoctorRequest.FromString,
+                    response_serializer=taskstate_dot_proto_dot_taskstate__pb2.DoctorResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -392,6 +442,87 @@ class TaskStateService:
             '/taskstate.v1.TaskStateService/Drop',
             taskstate_dot_proto_dot_taskstate__pb2.DropRequest.SerializeToString,
             taskstate_dot_proto_dot_taskstate__pb2.DropResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Read(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/taskstate.v1.TaskStateService/Read',
+            taskstate_dot_proto_dot_taskstate__pb2.ReadRequest.SerializeToString,
+            taskstate_dot_proto_dot_taskstate__pb2.RestoreChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Import(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskstate.v1.TaskStateService/Import',
+            taskstate_dot_proto_dot_taskstate__pb2.ImportRequest.SerializeToString,
+            taskstate_dot_proto_dot_taskstate__pb2.ImportResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Doctor(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskstate.v1.TaskStateService/Doctor',
+            taskstate_dot_proto_dot_taskstate__pb2.DoctorRequest.SerializeToString,
+            taskstate_dot_proto_dot_taskstate__pb2.DoctorResponse.FromString,
             options,
             channel_credentials,
             insecure,

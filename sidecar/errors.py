@@ -21,6 +21,9 @@ _STATUS_BY_CODE: dict[str, grpc.StatusCode] = {
     codes.CORRUPT_STATE: grpc.StatusCode.DATA_LOSS,
     codes.STORAGE_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     codes.INTERNAL: grpc.StatusCode.INTERNAL,
+    codes.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    codes.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
+    codes.CHANGED: grpc.StatusCode.ABORTED,
 }
 
 

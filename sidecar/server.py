@@ -104,7 +104,10 @@ class Sidecar:
         ]
         self.server = aio.server(options=opts)
         pb_grpc.add_TaskStateServiceServicer_to_server(
-            TaskStateServicer(self.storage, Limits(config.max_message_bytes)), self.server
+            TaskStateServicer(
+                self.storage, Limits(config.max_message_bytes), redact(config.redis_url)
+            ),
+            self.server,
         )
         self.health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)

@@ -217,9 +217,10 @@ def _observed(method: str, request: Any) -> Iterator[list[str]]:
 class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]  # no .pyi
     """Implements taskstate.v1.TaskStateService on top of a Storage."""
 
-    def __init__(self, storage: Storage, limits: Limits | None = None) -> None:
+    def __init__(self, storage: Storage, limits: Limits | None = None, redis_url: str = "") -> None:
         self.storage = storage
         self.limits = limits or Limits()
+        self.redis_url = redis_url  # redacted, for Doctor
 
     async def _guard(
         self,
@@ -425,6 +426,8 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
         self, request: pb.ListRequest, context: aio.ServicerContext[Any, Any]
     ) -> pb.ListResponse:
         async def run() -> pb.ListResponse:
+            if not request.namespace and not request.component:
+                return pb.ListResponse(namespaces=await self.storage.namespaces())
             ns, comp = self._scope(request.namespace, request.component)
             metas = await self.storage.list_tasks(ns, comp)
             return pb.ListResponse(tasks=[_info(m) for m in metas])
@@ -452,6 +455,91 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
             return pb.DropResponse(tasks_dropped=n)
 
         return await self._guard(context, "Drop", run)
+
+    async def Read(  # noqa: D102
+        self, request: pb.ReadRequest, context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.RestoreChunk]:
+        with _observed("Read", request) as outcome:
+            try:
+                task = task_key(request.task)
+                n = max(1, min(request.max_fields or DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS))
+                pattern = request.pattern or None
+                async for items in self.storage.read(task, pattern, n):
+                    for piece in _pieces(items):
+                        yield pb.RestoreChunk(
+                            entries=[
+                                pb.Entry(key=k if isinstance(k, str) else k.decode(), value=v)
+                                for k, v in piece
+                            ]
+                        )
+                yield pb.RestoreChunk(last=True, version=await self.storage.version(task))
+            except SidecarError as exc:
+                outcome.append(exc.code)
+                await self._abort(context, _naming_task(exc, request))
+            except Exception as exc:
+                outcome.append(codes.INTERNAL)
+                log.exception("unexpected failure in Read")
+                await self._abort(
+                    context, SidecarError(codes.INTERNAL, f"internal error in Read: {exc!r}")
+                )
+
+    async def Import(  # noqa: D102
+        self, request: pb.ImportRequest, context: aio.ServicerContext[Any, Any]
+    ) -> pb.ImportResponse:
+        async def run() -> pb.ImportResponse:
+            task = task_key(request.task)
+            entries = [(e.key, e.value) for e in request.entries]
+            bad = next((k for k, v in entries if not v), None)
+            if bad is not None:
+                raise _bad(f"task {task.fq}: key {bad[:80]!r} has an empty encoded value")
+            codec = request.codec or "json"
+            if ids.name_problem("codec", codec):
+                raise _bad(f"task {task.fq}: invalid codec name {codec[:40]!r}")
+            if not -1 <= request.committed_batch <= MAX_BATCH:
+                raise _bad(
+                    f"task {task.fq}: committed batch {request.committed_batch} is out of range"
+                )
+            epoch, size = await self.storage.import_task(
+                task,
+                entries,
+                committed_batch=request.committed_batch,
+                position=request.position if request.has_position else None,
+                codec=codec,
+                replace=request.replace,
+                append_epoch=_epoch(request.epoch, task.fq) if request.append else None,
+            )
+            log.warning(
+                "state imported",
+                extra={"task": task.fq, "keys": len(entries), "append": request.append},
+            )
+            return pb.ImportResponse(epoch=epoch, size=size)
+
+        return await self._guard(context, "Import", run, request)
+
+    async def Doctor(  # noqa: D102
+        self, request: pb.DoctorRequest, context: aio.ServicerContext[Any, Any]
+    ) -> pb.DoctorResponse:
+        async def run() -> pb.DoctorResponse:
+            durability = _durability(request.durability, request.replicas, "doctor")
+            r = await self.storage.doctor(durability)
+            return pb.DoctorResponse(
+                topology=r.topology,
+                redis_url=self.redis_url,
+                servers=[
+                    pb.ServerReport(
+                        address=s.address,
+                        role=s.role,
+                        version=s.version,
+                        aof_enabled=s.aof_enabled,
+                        appendfsync=s.appendfsync,
+                        connected_replicas=s.connected_replicas,
+                    )
+                    for s in r.servers
+                ],
+                checks=[pb.Check(name=c.name, ok=c.ok, detail=c.detail) for c in r.checks],
+            )
+
+        return await self._guard(context, "Doctor", run, request)
 
 
 __all__ = ["Limits", "TaskStateServicer", "task_key"]

@@ -90,6 +90,36 @@ class TaskMeta:
     rollbacks: int = 0
 
 
+@dataclass(frozen=True, slots=True)
+class ServerReport:
+    """One Redis server as `doctor` sees it."""
+
+    address: str
+    role: str
+    version: str
+    aof_enabled: bool
+    appendfsync: str  # "?" when CONFIG GET is refused
+    connected_replicas: int
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One `doctor` finding: ok, or what is wrong and what to do."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class DoctorReport:
+    """What the sidecar sees of its store."""
+
+    topology: str
+    servers: list[ServerReport]
+    checks: list[Check]
+
+
 class Storage(Protocol):
     """A place that keeps task state with the taskstate commit protocol."""
 
@@ -144,6 +174,40 @@ class Storage(Protocol):
 
     async def drop(self, namespace: str, component: str | None, partition: int | None) -> int:
         """Delete tasks' state; returns how many tasks were dropped."""
+        ...
+
+    def read(
+        self, task: TaskKey, pattern: str | None, max_fields: int
+    ) -> AsyncIterator[Sequence[tuple[str | bytes, bytes]]]:
+        """Yield the committed state without a claim, all of one version (CHANGED if not).
+
+        NOT_FOUND when the task has no state.
+        """
+        ...
+
+    async def import_task(
+        self,
+        task: TaskKey,
+        entries: Sequence[tuple[str, bytes]],
+        *,
+        committed_batch: int,
+        position: bytes | None,
+        codec: str,
+        replace: bool,
+        append_epoch: int | None,
+    ) -> tuple[int, int]:
+        """Create (or with `append_epoch`, extend) a task from exported state: (epoch, size).
+
+        ALREADY_EXISTS when the task exists and `replace` is false.
+        """
+        ...
+
+    async def namespaces(self) -> list[str]:
+        """Every namespace that has tasks."""
+        ...
+
+    async def doctor(self, durability: Durability) -> DoctorReport:
+        """The store's topology, servers and whether `durability` is possible there."""
         ...
 
     async def ping(self) -> None:

@@ -6,13 +6,25 @@ Behaves like the Redis backend (same errors, same rollback rules), with no serve
 
 from __future__ import annotations
 
+import fnmatch
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
+from taskstate.proto import codes
+
 from .. import errors
-from .base import CommitResult, Durability, OpenResult, TaskKey, TaskMeta
+from .base import (
+    Check,
+    CommitResult,
+    DoctorReport,
+    Durability,
+    OpenResult,
+    ServerReport,
+    TaskKey,
+    TaskMeta,
+)
 
 _ABSENT = None
 
@@ -224,6 +236,68 @@ class MemoryStorage:
         for k in doomed:
             del self.tasks[k]
         return len(doomed)
+
+    async def read(
+        self, task: TaskKey, pattern: str | None, max_fields: int
+    ) -> AsyncIterator[Sequence[tuple[str | bytes, bytes]]]:
+        """The committed state without a claim (one version: nothing runs meanwhile)."""
+        t = self.tasks.get(task)
+        if t is None:
+            raise errors.SidecarError(codes.NOT_FOUND, f"task {task.fq}: no state stored.")
+        items = [
+            (k, v) for k, v in t.data.items() if pattern is None or fnmatch.fnmatchcase(k, pattern)
+        ]
+        for i in range(0, len(items), max(max_fields, 1)):
+            yield items[i : i + max_fields]
+
+    async def import_task(
+        self,
+        task: TaskKey,
+        entries: Sequence[tuple[str, bytes]],
+        *,
+        committed_batch: int,
+        position: bytes | None,
+        codec: str,
+        replace: bool,
+        append_epoch: int | None,
+    ) -> tuple[int, int]:
+        """Create or extend a task from exported state."""
+        t = self.tasks.get(task)
+        if append_epoch is not None:
+            if t is None or t.epoch != append_epoch:
+                raise errors.fenced(task.fq, t.epoch if t else "none")
+            t.ver += 1
+        else:
+            if t is not None and not replace:
+                raise errors.SidecarError(
+                    codes.ALREADY_EXISTS, f"task {task.fq}: already has state."
+                )
+            t = _Task(
+                epoch=(t.epoch if t else 0) + 1,
+                batch=committed_batch,
+                position=position,
+                codec=codec,
+                ver=1,
+                updated_at=time.time(),
+                last_writer="taskstate import",
+            )
+            self.tasks[task] = t
+        t.data.update(entries)
+        return t.epoch, len(t.data)
+
+    async def namespaces(self) -> list[str]:
+        """Every namespace that has tasks."""
+        return sorted({k.namespace for k in self.tasks})
+
+    async def doctor(self, durability: Durability) -> DoctorReport:
+        """Process memory: nothing survives the sidecar, so only 'applied' is possible."""
+        ok = not durability.replicas and not durability.fsynced
+        detail = "possible" if ok else "the in-memory store has no replicas and no disk"
+        return DoctorReport(
+            topology="memory",
+            servers=[ServerReport("memory", "master", "-", False, "-", 0)],
+            checks=[Check(f"durability {durability.describe()}", ok, detail)],
+        )
 
     async def ping(self) -> None:
         """Always reachable."""

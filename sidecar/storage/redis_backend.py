@@ -28,8 +28,18 @@ from taskstate.proto import codes
 from .. import errors, metrics
 from ..errors import SidecarError
 from ..retry import RetryPolicy
-from .base import LAYOUT_VERSION, CommitResult, Durability, OpenResult, TaskKey, TaskMeta
-from .connect import RedisSettings, create_client
+from .base import (
+    LAYOUT_VERSION,
+    Check,
+    CommitResult,
+    DoctorReport,
+    Durability,
+    OpenResult,
+    ServerReport,
+    TaskKey,
+    TaskMeta,
+)
+from .connect import RedisSettings, create_client, redact
 
 T = TypeVar("T")
 log = logging.getLogger("taskstate.sidecar.redis")
@@ -91,7 +101,7 @@ class RedisStorage:
             # long enough for WAIT/WAITAOF; a hung server is cut off by the retry deadline
             socket_timeout_s = max(self._retry.deadline_s, durability_timeout_ms / 1000 + 2)
         self.kind, self._redis = create_client(self.settings, socket_timeout_s=socket_timeout_s)
-        self._src = {n: _script(n) for n in ("open", "commit", "get")}
+        self._src = {n: _script(n) for n in ("open", "commit", "get", "import")}
         self._sha = {n: hashlib.sha1(src.encode()).hexdigest() for n, src in self._src.items()}  # noqa: S324 - Redis names scripts by SHA-1
         self._server_version: tuple[int, ...] | None = None
         self._fsync_ok_until = 0.0
@@ -397,12 +407,13 @@ class RedisStorage:
         return items
 
     async def _scan_page(
-        self, key: str, cursor: int, count: int
+        self, key: str, cursor: int, count: int, match: str | None = None
     ) -> tuple[str, int, dict[Any, Any]]:
         """One HSCAN page and the run id of the server that answered it."""
-        _, replies = await self._send(
-            key, [("HSCAN", key, cursor, "COUNT", count), ("INFO", "server")]
-        )
+        scan: tuple[Any, ...] = ("HSCAN", key, cursor, "COUNT", count)
+        if match is not None:
+            scan += ("MATCH", match)
+        _, replies = await self._send(key, [scan, ("INFO", "server")])
         for r in replies:
             if isinstance(r, Exception):
                 raise r
@@ -564,6 +575,170 @@ class RedisStorage:
             if await self._run("drop", call):
                 dropped += 1
         return dropped
+
+    async def read(
+        self, task: TaskKey, pattern: str | None, max_fields: int
+    ) -> AsyncIterator[Sequence[tuple[str | bytes, bytes]]]:
+        """The committed state without a claim; CHANGED when a commit lands meanwhile.
+
+        The version token moves on every commit and rollback, so equal tokens before and
+        after the scan mean every page came from one committed state.
+        """
+        meta, data, _ = task_keys(task)
+        before = await self.describe(task)
+        if not before.exists:
+            raise SidecarError(
+                codes.NOT_FOUND,
+                f"task {task.fq}: no state stored. `taskstate ls {task.namespace}` lists the "
+                "tasks that have state.",
+            )
+        cursor = 0
+        server = None
+        while True:
+            cur = cursor
+
+            async def page(cur: int = cur) -> tuple[str, int, dict[Any, Any]]:
+                return await self._scan_page(data, cur, max_fields, pattern)
+
+            served_by, cursor, items = await self._run("read", page)
+            if server is not None and served_by != server:
+                break  # another server answers now: the cursor means nothing there
+            server = served_by
+            if items:
+                yield list(items.items())
+            if cursor == 0:
+                if await self.version(task) == before.version:
+                    return
+                break
+        raise SidecarError(
+            codes.CHANGED,
+            f"task {task.fq}: the state changed while it was read (a commit, a rollback or "
+            "a failover). What was sent is not one version: read it again.",
+        )
+
+    async def import_task(
+        self,
+        task: TaskKey,
+        entries: Sequence[tuple[str, bytes]],
+        *,
+        committed_batch: int,
+        position: bytes | None,
+        codec: str,
+        replace: bool,
+        append_epoch: int | None,
+    ) -> tuple[int, int]:
+        """Create or extend a task from exported state; see base.Storage.import_task."""
+        meta, data, undo = task_keys(task)
+        mode = "append" if append_epoch is not None else "replace" if replace else "create"
+        args: list[Any] = [
+            mode,
+            str(append_epoch or 0),
+            str(committed_batch),
+            b"" if position is None else b"+" + position,
+            codec,
+            uuid.uuid4().hex,
+            f"{time.time():.3f}",
+            *chain.from_iterable(entries),
+        ]
+
+        async def call() -> Any:
+            return await self._evalsha("import", (meta, data, undo), args)
+
+        try:
+            r = await self._run("import", call)
+        except rex.ResponseError as exc:
+            kind, _, detail = str(exc).partition(" ")
+            if kind == "TSEXISTS":
+                raise SidecarError(
+                    codes.ALREADY_EXISTS,
+                    f"task {task.fq}: already has state; nothing was imported. Drop it first "
+                    f"(`taskstate drop {task.fq} --yes`) or import with --replace.",
+                ) from None
+            if kind == "TSFENCED":
+                raise SidecarError(
+                    codes.FENCED,
+                    f"task {task.fq}: another import or a running job claimed the task during "
+                    f"this import (epoch now {detail}); its state is incomplete. Stop the job "
+                    "and import again with --replace.",
+                ) from None
+            raise
+        await self._run(
+            "index",
+            lambda: self._redis.sadd(
+                index_key(task.namespace), f"{task.component}/{task.partition}"
+            ),
+        )
+        return int(r[0]), int(r[1])
+
+    async def namespaces(self) -> list[str]:
+        """Every namespace with an index set (SCAN on every primary)."""
+
+        async def call() -> list[str]:
+            found = set()
+            async for key in self._redis.scan_iter(match="ts:idx:{*}", count=1000):
+                k = _text(key)
+                found.add(k[len("ts:idx:{") : -1])
+            return sorted(found)
+
+        return await self._run("list", call)
+
+    async def doctor(self, durability: Durability) -> DoctorReport:
+        """Topology, each primary's version and persistence, and whether `durability` holds."""
+        infos = await self._run("doctor", lambda: self._each_server("INFO"))
+        try:
+            configs = await self._run(
+                "doctor", lambda: self._each_server("CONFIG", "GET", "appendfsync")
+            )
+            fsyncs = [_text(c.get("appendfsync") or c.get(b"appendfsync")) for c in configs]
+        except rex.ResponseError:  # the sidecar's user may not run CONFIG
+            fsyncs = ["?"] * len(infos)
+        if self.kind == "cluster":  # _each_server went through the primaries in this order
+            addresses = [f"{n.host}:{n.port}" for n in self._redis.get_primaries()]
+        else:
+            addresses = [redact(self.settings.url)]
+        servers = [
+            ServerReport(
+                address=address,
+                role=str(info.get("role", "?")),
+                version=str(info.get("redis_version", "?")),
+                aof_enabled=bool(int(info.get("aof_enabled", 0))),
+                appendfsync=fsync or "?",
+                connected_replicas=int(info.get("connected_slaves", 0)),
+            )
+            for address, info, fsync in zip(addresses, infos, fsyncs, strict=False)
+        ]
+        checks = [Check("redis reachable", True, f"{len(servers)} primary server(s) answered")]
+        checks.append(await self._durability_check(durability, servers))
+        return DoctorReport(topology=self.kind, servers=servers, checks=checks)
+
+    async def _durability_check(self, durability: Durability, servers: list[ServerReport]) -> Check:
+        name = f"durability {durability.describe()}"
+        problems = []
+        if durability.replicas:
+            short = [s for s in servers if s.connected_replicas < durability.replicas]
+            if short:
+                seen = ", ".join(f"{s.address}: {s.connected_replicas}" for s in short)
+                problems.append(
+                    f"{len(short)} primary server(s) have fewer than {durability.replicas} "
+                    f"connected replica(s) ({seen}); commits would fail with "
+                    "DurabilityError. Add replicas or lower N."
+                )
+        if durability.fsynced:
+            no_aof = [s for s in servers if not s.aof_enabled]
+            if no_aof:
+                problems.append(
+                    f"{len(no_aof)} server(s) run without persistence (appendonly no): "
+                    "'fsynced' is impossible there. Set 'appendonly yes' (and on Redis < 7.2 "
+                    "'appendfsync always'), or choose durability 'applied'."
+                )
+            else:
+                try:
+                    await self._check_fsync()
+                except SidecarError as exc:
+                    problems.append(exc.message)
+        if problems:
+            return Check(name, False, " ".join(problems))
+        return Check(name, True, "possible with this Redis")
 
     async def ping(self) -> None:
         """Raise when Redis (every primary of a cluster) cannot be reached."""

@@ -1,0 +1,43 @@
+-- Import(task, entries): create a task from exported state (`taskstate import`), or add
+-- entries to one being imported.
+-- KEYS: 1 meta, 2 data, 3 undo
+-- ARGV: 1 mode ('create' | 'replace' | 'append'), 2 epoch (append), 3 committed batch,
+--       4 position ('+' .. bytes, or '' for none), 5 codec, 6 generation id, 7 now,
+--       then key/value pairs
+-- A created task has no rollback record: a replay of its committed batch is refused by
+-- Open (TSNOUNDO) rather than counted twice. Its epoch is one above any earlier claim,
+-- so an attempt still holding the old task is fenced off; `append` requests must carry
+-- that epoch, so an import racing a running job fails instead of mixing states.
+-- Returns {epoch, size}. Errors: TSEXISTS, TSFENCED <epoch>. An error writes nothing.
+local meta, data, undo = KEYS[1], KEYS[2], KEYS[3]
+local mode = ARGV[1]
+local epoch
+if mode == 'append' then
+  local e = redis.call('HGET', meta, 'epoch')
+  if e == false or tonumber(e) ~= tonumber(ARGV[2]) then
+    return redis.error_reply('TSFENCED ' .. tostring(e))
+  end
+  epoch = tonumber(e)
+  redis.call('HINCRBY', meta, 'ver', 1)
+else
+  local exists = redis.call('EXISTS', meta, data)
+  if mode ~= 'replace' and exists > 0 then
+    return redis.error_reply('TSEXISTS')
+  end
+  epoch = (tonumber(redis.call('HGET', meta, 'epoch') or '0') or 0) + 1
+  redis.call('UNLINK', data, undo, meta)
+  redis.call('HSET', meta, 'layout', '1', 'epoch', string.format('%d', epoch),
+    'batch', ARGV[3], 'gen', ARGV[6], 'ver', '1', 'codec', ARGV[5], 'updated_at', ARGV[7],
+    'last_writer', 'taskstate import')
+  if ARGV[4] ~= '' then
+    redis.call('HSET', meta, 'pos', string.sub(ARGV[4], 2))
+  end
+end
+local CH = 2000
+local i = 8
+while i <= #ARGV do
+  local stop = math.min(i + 2 * CH, #ARGV + 1) - 1
+  redis.call('HSET', data, unpack(ARGV, i, stop))
+  i = stop + 1
+end
+return {epoch, redis.call('HLEN', data)}

@@ -1,0 +1,227 @@
+"""The operator CLI (`taskstate ls/show/export/import/drop/doctor`) against a real sidecar."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from taskstate.client import LocalContext, StateAheadError, TaskState, TaskStateError, _state
+from taskstate.testing import RedisServer, SidecarProcess
+
+from .conftest import snapshot
+
+pytestmark = pytest.mark.integration
+
+
+def cli(*args: str, sidecar: SidecarProcess | None = None, check: int | None = 0) -> Any:
+    cmd = [sys.executable, "-m", "taskstate.cli.main", *args]
+    if sidecar is not None:
+        cmd += ["--sidecar", sidecar.target]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)  # noqa: S603
+    if check is not None:
+        assert r.returncode == check, (r.returncode, r.stdout, r.stderr)
+    return r
+
+
+def ts(side: SidecarProcess, ns: str, batch: int, part: int = 0, comp: str = "c") -> TaskState:
+    ctx = LocalContext(part, batch_id=batch)
+    return TaskState(ctx, component=comp, namespace=ns, sidecar=side.target)
+
+
+VALUES: dict[str, Any] = {
+    "plain": 1,
+    "float": 0.1 + 0.2,
+    "big": 2**62,
+    "text": 'héllo ✓ "quoted"\n',
+    "nested": {"rate": 1.5, "seen": [1, 2, {"x": None}], "ok": True},
+    "empty": {},
+}
+
+
+def test_show_prints_exactly_what_the_next_attempt_restores(
+    sidecar: SidecarProcess, namespace: str
+) -> None:
+    live = ts(sidecar, namespace, 0)
+    with live as s:
+        s.update(VALUES)
+        s["gone"] = 1
+    with ts(sidecar, namespace, 1) as s:
+        del s["gone"]
+        s["nested"]["seen"].append(3)  # changed in place: committed too
+        s.commit(position={"offset": 42})
+    out = json.loads(cli("show", f"{namespace}/c/0", "--json", sidecar=sidecar).stdout)
+    _state._sessions.clear()  # the next attempt runs in a new worker: it restores
+    with ts(sidecar, namespace, 2) as s:
+        assert s.info.restored
+        restored = dict(s)
+        position = s.position
+    assert out["state"] == restored
+    assert out["task"]["committed_batch"] == 1 and out["task"]["position"] == position
+    assert out["task"]["keys"] == len(restored) == len(VALUES)
+
+    human = cli("show", f"{namespace}/c/0", "--keys", "n*", sidecar=sidecar).stdout
+    assert "committed batch: 2" in human and "1 key(s) matching 'n*'" in human
+    assert '  nested = {"rate": 1.5, "seen": [1, 2, {"x": null}, 3], "ok": true}' in human
+
+
+def test_show_reads_one_version_while_commits_land(sidecar: SidecarProcess, namespace: str) -> None:
+    """Every commit rewrites all 20,000 keys with its batch number: one version = one value.
+
+    The reads race the commits (HSCAN pages interleave with them); a read that saw a
+    commit land is started again, so each result holds a single value.
+    """
+    from taskstate.cli.admin import Admin
+    from taskstate.proto import taskstate_pb2 as pb
+
+    n = 20_000
+    with ts(sidecar, namespace, 0) as s:
+        s.update({f"k{i:05d}": 0 for i in range(n)})
+    stop = threading.Event()
+    commits = [0]
+
+    def writer() -> None:
+        b = 1
+        while not stop.is_set():
+            with ts(sidecar, namespace, b) as s:
+                for i in range(n):
+                    s[f"k{i:05d}"] = b
+            commits[0] += 1
+            b += 1
+            stop.wait(0.05)
+
+    admin = Admin(sidecar.target, 30)
+    task = pb.TaskId(namespace=namespace, component="c", partition=0)
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        for _ in range(40):
+            data, _ = admin.read(task, "")
+            values = set(data.values())
+            assert len(data) == n and len(values) == 1, sorted(values)[:5]
+            if admin.reread >= 3:
+                break
+    finally:
+        stop.set()
+        t.join()
+    assert commits[0] >= 3 and admin.reread >= 1  # the reads really raced commits
+    out = json.loads(cli("show", f"{namespace}/c/0", "--json", sidecar=sidecar).stdout)
+    assert set(out["state"].values()) == {out["task"]["committed_batch"]}
+
+
+def test_ls_lists_namespaces_and_tasks(sidecar: SidecarProcess, namespace: str) -> None:
+    for part in range(3):
+        with ts(sidecar, namespace, 5, part=part) as s:
+            s["k"] = part
+    with ts(sidecar, namespace, 5, comp="other") as s:
+        s["k"] = 1
+    assert namespace in json.loads(cli("ls", "--json", sidecar=sidecar).stdout)
+    tasks = json.loads(cli("ls", namespace, "--json", sidecar=sidecar).stdout)
+    assert [t["task"] for t in tasks] == [f"{namespace}/c/{p}" for p in range(3)] + [
+        f"{namespace}/other/0"
+    ]
+    assert all(t["committed_batch"] == 5 and t["keys"] == 1 for t in tasks)
+    table = cli("ls", f"{namespace}/c", sidecar=sidecar).stdout.splitlines()
+    assert table[0].split()[:3] == ["TASK", "BATCH", "KEYS"] and len(table) == 4
+    assert cli("ls", "bad name!", sidecar=sidecar, check=2).stderr.count("namespace") >= 1
+
+
+def test_export_drop_import_round_trip(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str, tmp_path: Path
+) -> None:
+    for part in range(2):
+        with ts(sidecar, namespace, 7, part=part) as s:
+            s.update({**VALUES, "part": part, **{f"n{i}": i for i in range(6000)}})
+            s.commit(position={"offset": 100 + part})
+    before = snapshot(redis_server, namespace)
+    dump = tmp_path / "export.jsonl"
+    r = cli("export", namespace, "--out", str(dump), sidecar=sidecar)
+    assert "2 task(s), 12014 key(s)" in r.stderr
+    lines = [json.loads(x) for x in dump.read_text().splitlines()]
+    assert [x["task"] for x in lines if x["type"] == "task"] == [
+        f"{namespace}/c/{p}" for p in (0, 1)
+    ]
+
+    assert "with --yes" in cli("drop", namespace, sidecar=sidecar, check=2).stderr
+    assert snapshot(redis_server, namespace) == before  # refused: untouched
+    assert "dropped 2 task(s)" in cli("drop", namespace, "--yes", sidecar=sidecar).stdout
+    assert redis_server.client().keys(f"*{namespace}*") == []
+
+    r = cli("import", str(dump), sidecar=sidecar)
+    assert "imported 2 task(s), 12014 key(s)" in r.stdout
+    _state._sessions.clear()
+    for part in range(2):
+        with ts(sidecar, namespace, 8, part=part) as s:
+            assert dict(s) == {**VALUES, "part": part, **{f"n{i}": i for i in range(6000)}}
+            assert s.position == {"offset": 100 + part} and s.info.committed_batch == 7
+
+    again = cli("import", str(dump), sidecar=sidecar, check=1)
+    assert "already has state" in again.stderr and "--replace" in again.stderr
+    cli("import", str(dump), "--replace", sidecar=sidecar)
+
+
+def test_imported_task_refuses_a_replay_of_its_batch_rather_than_count_twice(
+    sidecar: SidecarProcess, namespace: str, tmp_path: Path
+) -> None:
+    with ts(sidecar, namespace, 3) as s:
+        s["n"] = 3
+    dump = tmp_path / "e.jsonl"
+    cli("export", namespace, "--out", str(dump), sidecar=sidecar)
+    cli("import", str(dump), "--replace", sidecar=sidecar)
+    _state._sessions.clear()
+    with pytest.raises(TaskStateError, match="older than the state"), ts(sidecar, namespace, 3):
+        pass
+    with pytest.raises(StateAheadError), ts(sidecar, namespace, 2):
+        pass
+
+
+def test_show_and_import_refuse_bad_input_clearly(
+    sidecar: SidecarProcess, namespace: str, tmp_path: Path
+) -> None:
+    r = cli("show", f"{namespace}/c/0", sidecar=sidecar, check=1)
+    assert f"task {namespace}/c/0: no state stored" in r.stderr
+    assert "NAMESPACE/COMPONENT/PARTITION" in cli("show", "a/b", sidecar=sidecar, check=2).stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"type": "task", "task": "x/c/0"}\nnot json\n')
+    r = cli("import", str(bad), sidecar=sidecar, check=2)
+    assert f"{bad}:2: not a JSON line" in r.stderr
+
+
+def test_doctor_names_each_problem_and_exits_nonzero(
+    redis_server: RedisServer, sidecar: SidecarProcess, tmp_path: Path
+) -> None:
+    ok = cli("doctor", "--json", sidecar=sidecar)
+    report = json.loads(ok.stdout)
+    assert report["ok"] and report["topology"] == "standalone"
+    assert report["servers"][0]["version"].startswith("7.")
+
+    # durability fsynced on a Redis without persistence (the fixture runs appendonly no)
+    r = cli("doctor", "--durability", "fsynced", sidecar=sidecar, check=1)
+    assert "[FAIL] durability fsynced" in r.stdout and "appendonly" in r.stdout
+    r = cli("doctor", "--durability", "replicated:1", sidecar=sidecar, check=1)
+    assert "[FAIL] durability replicated:1" in r.stdout and "0" in r.stdout
+
+    # no sidecar at all
+    gone = SidecarProcess(redis_server.url, tmp_path / "nothing-here.sock")
+    r = cli("doctor", sidecar=gone, check=1)
+    assert "[FAIL] sidecar reachable" in r.stdout and "taskstate sidecar" in r.stdout
+
+    # a sidecar whose Redis is down: reachable, but not serving
+    dead = RedisServer(tmp_path / "dead").start()
+    side = SidecarProcess(dead.url, tmp_path / "s2.sock").start()
+    try:
+        dead.kill()
+        import time
+
+        time.sleep(2.5)  # the health watcher pings every second
+        r = cli("doctor", "--timeout", "20", sidecar=side, check=1)
+        assert "[ok] sidecar reachable" in r.stdout
+        assert "[FAIL] sidecar serving" in r.stdout
+    finally:
+        side.kill()
+        dead.stop()
