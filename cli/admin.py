@@ -6,6 +6,7 @@
     taskstate import FILE [--replace]
     taskstate drop NS[/COMPONENT[/PARTITION]] --yes
     taskstate doctor [--durability LEVEL] [--json]
+    taskstate health [--live]          (for Kubernetes exec probes)
 
 Every command talks to a sidecar (`--sidecar`, else $TASKSTATE_SIDECAR, else the default
 socket), which holds the Redis credentials. Nothing here claims a task: `show` and
@@ -449,6 +450,24 @@ def cmd_doctor(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
     return 0 if ok else 1
 
 
+def cmd_health(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
+    """`taskstate health`: the sidecar's gRPC health over its socket (Kubernetes probes).
+
+    Exit 0 when it is SERVING (with --live: when it answers at all; a sidecar whose Redis
+    is down is alive, only not ready), else 1.
+    """
+    try:
+        r = health_pb2_grpc.HealthStub(admin.channel).Check(
+            health_pb2.HealthCheckRequest(service=""), timeout=admin.timeout_s
+        )
+    except grpc.RpcError as exc:
+        print(f"taskstate health: no answer at {admin.sidecar}: {exc.code().name}", file=sys.stderr)
+        return 1
+    status = health_pb2.HealthCheckResponse.ServingStatus.Name(r.status)
+    out.write(status + "\n")
+    return 0 if a.live or r.status == health_pb2.HealthCheckResponse.SERVING else 1
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Admin, IO[str]], int]] = {
     "ls": cmd_ls,
     "show": cmd_show,
@@ -456,6 +475,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Admin, IO[str]], int]] = {
     "import": cmd_import,
     "drop": cmd_drop,
     "doctor": cmd_doctor,
+    "health": cmd_health,
 }
 
 
@@ -488,6 +508,8 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     elif command == "drop":
         p.add_argument("scope", metavar="NAMESPACE[/COMPONENT[/PARTITION]]")
         p.add_argument("--yes", action="store_true", help="really delete the stored state")
+    elif command == "health":
+        p.add_argument("--live", action="store_true", help="succeed when it answers at all")
     elif command == "doctor":
         p.add_argument("--durability", default="applied",
                        help="the durability your jobs use: applied, replicated:N, fsynced, "

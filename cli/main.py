@@ -16,7 +16,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-ADMIN_COMMANDS = ("ls", "show", "export", "import", "drop", "doctor")
+ADMIN_COMMANDS = ("ls", "show", "export", "import", "drop", "doctor", "health")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

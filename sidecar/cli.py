@@ -98,7 +98,31 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="0.0.0.0",  # noqa: S104 - scraped from the pod IP
         help="address the metrics endpoint binds (default 0.0.0.0)",
     )
+    p.add_argument(
+        "--socket-mode",
+        type=lambda v: int(v, 8),
+        default=0o660,
+        help="permissions of Unix sockets, octal (default 0660: owner and group only)",
+    )
+    p.add_argument(
+        "--socket-group",
+        type=_group,
+        default=None,
+        help="group (name or id) of Unix sockets, e.g. the Spark executors' group",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def _group(value: str) -> int:
+    """A group name or id -> gid (argparse type)."""
+    if value.isdigit():
+        return int(value)
+    import grp
+
+    try:
+        return grp.getgrnam(value).gr_gid
+    except KeyError:
+        raise argparse.ArgumentTypeError(f"no group named {value!r}") from None
 
 
 def redis_settings(ns: argparse.Namespace) -> RedisSettings:
@@ -133,6 +157,8 @@ def from_args(ns: argparse.Namespace) -> SidecarConfig:
         parent_pid=ns.parent_pid,
         metrics_port=ns.metrics_port,
         metrics_host=ns.metrics_host,
+        socket_mode=ns.socket_mode,
+        socket_group=ns.socket_group,
     )
 
 

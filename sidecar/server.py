@@ -52,6 +52,9 @@ class SidecarConfig:
     # Prometheus /metrics: None = off; 0 picks a free port (printed in the ready line).
     metrics_port: int | None = None
     metrics_host: str = "0.0.0.0"  # noqa: S104 - Prometheus scrapes the pod IP
+    # Unix sockets: who may connect (owner and group only, by default).
+    socket_mode: int = 0o660
+    socket_group: int | None = None
 
     def __repr__(self) -> str:
         return f"SidecarConfig(redis_url={redact(self.redis_url)!r}, listen={self.listen!r})"
@@ -187,7 +190,24 @@ class Sidecar:
                 if path.exists() or path.is_symlink():
                     path.unlink()  # a stale socket from a killed sidecar
                 self._sockets.append(path)
-            port = self.server.add_insecure_port(addr)
+                # created with the final mode's complement as umask: never more open
+                old = os.umask(0o777 & ~self.config.socket_mode)
+                try:
+                    port = self.server.add_insecure_port(addr)
+                finally:
+                    os.umask(old)
+                try:
+                    if self.config.socket_group is not None:
+                        os.chown(path, -1, self.config.socket_group)
+                    os.chmod(path, self.config.socket_mode)
+                except OSError as exc:
+                    raise ConfigError(
+                        f"--listen {spec}: cannot set the socket's group "
+                        f"{self.config.socket_group} / mode {self.config.socket_mode:o}: {exc}. "
+                        "The sidecar must be a member of --socket-group."
+                    ) from exc
+            else:
+                port = self.server.add_insecure_port(addr)
             if path is None:
                 host = addr.rpartition(":")[0]
                 self.addresses.append(f"tcp://{host}:{port}")

@@ -210,6 +210,8 @@ def test_doctor_names_each_problem_and_exits_nonzero(
     gone = SidecarProcess(redis_server.url, tmp_path / "nothing-here.sock")
     r = cli("doctor", sidecar=gone, check=1)
     assert "[FAIL] sidecar reachable" in r.stdout and "taskstate sidecar" in r.stdout
+    assert "no answer" in cli("health", "--live", sidecar=gone, check=1).stderr
+    assert cli("health", sidecar=sidecar).stdout.strip() == "SERVING"
 
     # a sidecar whose Redis is down: reachable, but not serving
     dead = RedisServer(tmp_path / "dead").start()
@@ -222,6 +224,9 @@ def test_doctor_names_each_problem_and_exits_nonzero(
         r = cli("doctor", "--timeout", "20", sidecar=side, check=1)
         assert "[ok] sidecar reachable" in r.stdout
         assert "[FAIL] sidecar serving" in r.stdout
+        # the probes: alive (liveness passes), not ready (readiness fails)
+        assert cli("health", "--live", sidecar=side).stdout.strip() == "NOT_SERVING"
+        assert cli("health", sidecar=side, check=1).stdout.strip() == "NOT_SERVING"
     finally:
         side.kill()
         dead.stop()
