@@ -271,8 +271,7 @@ def cmd_export(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
         for i, t in enumerate(tasks, 1):
             fq = f"{t.task.namespace}/{t.task.component}/{t.task.partition}"
             data, version = admin.read(t.task, "")
-            head = _info_dict(t)
-            head.update({"type": "task", "version": version, "keys": len(data)})
+            head = {"type": "task", **_info_dict(t), "version": version, "keys": len(data)}
             target.write(orjson.dumps(head).decode() + "\n")
             for k in sorted(data):
                 kind, v = _decode(data[k])
