@@ -103,3 +103,65 @@ def test_redis_scripts_and_memory_model_agree(redis_server: RedisServer, namespa
             await redis_store.close()
 
     asyncio.run(run())
+
+
+async def _operator_story(store: Any, ns: str) -> list[Any]:
+    """Import, read, replace, append, replay: what the operator commands rely on."""
+    task = TaskKey(ns, "c", 0)
+    out: list[Any] = []
+
+    async def read(pattern: str | None) -> Any:
+        try:
+            got: dict[str, bytes] = {}
+            async for chunk in store.read(task, pattern, 2):
+                got.update((k if isinstance(k, str) else k.decode(), v) for k, v in chunk)
+            return got
+        except SidecarError as exc:
+            return exc.code
+
+    async def imp(entries: list[tuple[str, bytes]], **kw: Any) -> Any:
+        args = {"committed_batch": 4, "position": b"7", "codec": "json", "replace": False,
+                "append_epoch": None, **kw}  # fmt: skip
+        try:
+            return await store.import_task(task, entries, **args)
+        except SidecarError as exc:
+            return exc.code
+
+    out.append(await read(None))  # NOT_FOUND
+    first = await imp([("a", b"1"), ("ab", b"2"), ("b", b"3")])
+    out.append(first)
+    out.append(await imp([("c", b"4")], append_epoch=first[0]))
+    out.append(await imp([("c", b"4")], append_epoch=first[0] + 5))  # FENCED
+    out.append(await imp([("x", b"0")]))  # ALREADY_EXISTS
+    out.append(await read(None))
+    out.append(await read("a*"))
+    out.append(ns in await store.namespaces())
+    meta = await store.describe(task)
+    out.append((meta.committed_batch, meta.position, meta.size, meta.codec))
+    for batch in (4, 3, 5):  # replay of the imported batch, older, next
+        try:
+            r = await store.open(task, batch, codec="json", writer="w", durability=Durability())
+            out.append(("open", r.committed_batch, r.size, r.rolled_back))
+        except SidecarError as exc:
+            out.append(("error", exc.code))
+    out.append(await imp([("z", b"9")], replace=True))
+    out.append(await read(None))
+    return out
+
+
+def test_operator_paths_agree(redis_server: RedisServer, namespace: str) -> None:
+    async def run() -> None:
+        redis_store = RedisStorage(redis_server.url)
+        try:
+            got = await _operator_story(redis_store, namespace)
+            want = await _operator_story(MemoryStorage(), namespace)
+            assert got == want
+            assert got[0] == "NOT_FOUND" and got[3] == "FENCED" and got[4] == "ALREADY_EXISTS"
+            assert got[5] == {"a": b"1", "ab": b"2", "b": b"3", "c": b"4"}
+            assert got[6] == {"a": b"1", "ab": b"2"}
+            assert got[9][0] == "error" and got[10] == ("error", "STATE_AHEAD")
+            assert got[11] == ("open", 4, 4, False)
+        finally:
+            await redis_store.close()
+
+    asyncio.run(run())
