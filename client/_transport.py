@@ -90,6 +90,13 @@ def translate(exc: grpc.RpcError, task: str | None, target: str) -> TaskStateErr
             "points at it.",
             task,
         )
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return TaskStateError(
+            f"{where}the sidecar at {target} does not implement this call ({details}): it "
+            "is older than this client. Operator action: upgrade the sidecar (image or "
+            "chart) to the client's version.",
+            task,
+        )
     return TaskStateError(f"{where}sidecar call failed ({code}: {details})", task)
 
 

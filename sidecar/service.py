@@ -211,7 +211,10 @@ def _observed(method: str, request: Any) -> Iterator[list[str]]:
     finally:
         gauge.dec()
         metrics.REQUESTS.labels(method, outcome[0] if outcome else "ok").inc()
-        REQUEST.reset(token)
+        try:
+            REQUEST.reset(token)
+        except ValueError:  # a stream closed from another context: that context ends anyway
+            pass
 
 
 class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]  # no .pyi

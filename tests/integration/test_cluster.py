@@ -107,6 +107,20 @@ def test_thousand_tasks_through_slot_migration_and_master_failover(
                 wrong[p] = (state, batch)
         assert wrong == {}, f"{len(wrong)} tasks wrong, e.g. {next(iter(wrong.items()))}"
         assert_faults_struck("cluster", outcome, side.log_path.read_text())
+
+        # -- the operator commands on a cluster: namespaces from every primary, a task's
+        # state read from the slot's owner, the doctor seeing all three primaries
+        from taskstate.cli.admin import Admin
+        from taskstate.proto import taskstate_pb2 as pb
+
+        admin = Admin(side.target, 30)
+        assert namespace in admin.call("List", pb.ListRequest()).namespaces
+        assert len(admin.call("List", pb.ListRequest(namespace=namespace)).tasks) == TASKS
+        data, _ = admin.read(pb.TaskId(namespace=namespace, component="c", partition=7), "")
+        assert decode_hash({k.encode(): v for k, v in data.items()}) == expected(6)
+        report = admin.call("Doctor", pb.DoctorRequest())
+        assert report.topology == "cluster" and len(report.servers) == 3
+        assert all(c.ok for c in report.checks)
     finally:
         side.kill()
         topo.stop()

@@ -145,3 +145,20 @@ def test_current_sidecar_advertises_packed_commits(
             seen.append(s._require_session().packed)
             s["a"] = 1
     assert seen == [True, False]
+
+
+def test_operator_calls_an_older_sidecar_lacks_say_upgrade(
+    old_sidecar: OldSidecarProxy, namespace: str
+) -> None:
+    """Read, Import and Doctor came later: the older sidecar answers UNIMPLEMENTED."""
+    from taskstate.cli.admin import Admin
+    from taskstate.client import TaskStateError
+
+    with _task(old_sidecar.target, namespace, 0) as s:
+        s["a"] = 1
+    admin = Admin(old_sidecar.target.replace("unix:", "unix://", 1), 10)
+    task = pb.TaskId(namespace=namespace, component="c", partition=0)
+    with pytest.raises(TaskStateError, match="older than this client.*upgrade the sidecar"):
+        admin.read(task, "")
+    with pytest.raises(TaskStateError, match="older than this client"):
+        admin.call("Doctor", pb.DoctorRequest())
