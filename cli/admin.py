@@ -36,6 +36,7 @@ from taskstate.client._errors import (
     StateChangedError,
     TaskStateError,
 )
+from taskstate.client._security import SidecarSecurity
 from taskstate.client._transport import translate
 from taskstate.proto import ids
 from taskstate.proto import taskstate_pb2 as pb
@@ -61,13 +62,16 @@ class UsageError(Exception):
 class Admin:
     """A connection to one sidecar, with errors turned into TaskStateError once."""
 
-    def __init__(self, sidecar: str, timeout_s: float) -> None:
+    def __init__(
+        self, sidecar: str, timeout_s: float, security: SidecarSecurity | None = None
+    ) -> None:
         self.sidecar = sidecar
         self.target = grpc_target(sidecar)
         self.timeout_s = timeout_s
-        self.channel = grpc.insecure_channel(
+        # TLS and the token from the environment, as for the client (see _security)
+        self.channel = (security or SidecarSecurity.from_env()).channel(
             self.target,
-            options=[
+            [
                 ("grpc.max_receive_message_length", 256 << 20),
                 ("grpc.max_send_message_length", 256 << 20),
             ],
@@ -487,6 +491,12 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         help=f"the sidecar to ask (default: ${ENV_SIDECAR}, else {DEFAULT_SIDECAR})",
     )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per call (default 60)")
+    p.add_argument(
+        "--token-file",
+        metavar="FILE",
+        help="the token for a sidecar that asks for one (default: $TASKSTATE_TOKEN_FILE, "
+        "$TASKSTATE_TOKEN); TLS settings come from $TASKSTATE_SIDECAR_TLS_*",
+    )
     if command == "ls":
         p.add_argument("scope", nargs="?", default="", metavar="NAMESPACE[/COMPONENT]",
                        help="without it: the namespaces that have state")  # fmt: skip
@@ -523,7 +533,7 @@ def main(command: str, argv: Sequence[str], out: IO[str] | None = None) -> int:
     a = build_parser(command).parse_args(list(argv))
     sidecar = a.sidecar or os.environ.get(ENV_SIDECAR) or DEFAULT_SIDECAR
     try:
-        admin = Admin(sidecar, a.timeout)
+        admin = Admin(sidecar, a.timeout, SidecarSecurity.from_env(token_file=a.token_file))
         return COMMANDS[command](a, admin, out)
     except UsageError as exc:
         print(f"taskstate {command}: {exc}", file=sys.stderr)

@@ -18,11 +18,13 @@ from ._errors import (
     InvalidRequestError,
     LimitError,
     NotFoundError,
+    PermissionDeniedError,
     SidecarUnavailableError,
     StateAheadError,
     StateChangedError,
     StorageUnavailableError,
     TaskStateError,
+    UnauthenticatedError,
 )
 from ._state import OpenInfo, Phase, TaskState
 
@@ -40,6 +42,7 @@ __all__ = [
     "LocalContext",
     "NotFoundError",
     "OpenInfo",
+    "PermissionDeniedError",
     "Phase",
     "SidecarUnavailableError",
     "StateAheadError",
@@ -48,4 +51,5 @@ __all__ = [
     "TaskState",
     "TaskStateConfig",
     "TaskStateError",
+    "UnauthenticatedError",
 ]

@@ -10,6 +10,7 @@ from taskstate.proto import ids
 
 from ._context import NAMESPACE_PROPERTY, SIDECAR_PROPERTY
 from ._errors import ConfigError
+from ._security import SidecarSecurity
 
 DEFAULT_SIDECAR = "unix:///tmp/taskstate-run/sidecar.sock"
 ENV_NAMESPACE = "TASKSTATE_NAMESPACE"
@@ -157,6 +158,7 @@ class TaskStateConfig:
     retry_deadline_s: float = 30.0
     max_message_bytes: int = 64 << 20
     cache_tasks: int = 16
+    security: SidecarSecurity = SidecarSecurity()
 
     @property
     def target(self) -> str:
@@ -213,4 +215,5 @@ class TaskStateConfig:
             retry_deadline_s=_float_env(env, ENV_RETRY_DEADLINE, 30.0),
             max_message_bytes=max_message,
             cache_tasks=cache_tasks,
+            security=SidecarSecurity.from_env(env),
         )

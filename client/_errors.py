@@ -100,6 +100,18 @@ class StateChangedError(TaskStateError):
     code = codes.CHANGED
 
 
+class PermissionDeniedError(TaskStateError, PermissionError):
+    """The sidecar's tokens do not let this caller touch that namespace."""
+
+    code = codes.PERMISSION_DENIED
+
+
+class UnauthenticatedError(PermissionDeniedError):
+    """The sidecar requires a token and the call had none it knows."""
+
+    code = codes.UNAUTHENTICATED
+
+
 ERROR_BY_CODE: dict[str, type[TaskStateError]] = {
     cls.code: cls
     for cls in (
@@ -116,6 +128,8 @@ ERROR_BY_CODE: dict[str, type[TaskStateError]] = {
         NotFoundError,
         AlreadyExistsError,
         StateChangedError,
+        PermissionDeniedError,
+        UnauthenticatedError,
         TaskStateError,
     )
 }

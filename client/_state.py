@@ -175,6 +175,7 @@ class TaskState(MutableMapping[str, Any]):
             timeout_s=c.timeout_s,
             retry_deadline_s=c.retry_deadline_s,
             max_message_bytes=c.max_message_bytes,
+            security=c.security,
         )
         self.phase = Phase.CREATED
         self._session: _Session | None = None

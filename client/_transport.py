@@ -24,15 +24,22 @@ from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 
 from ._errors import ERROR_BY_CODE, LimitError, SidecarUnavailableError, TaskStateError
+from ._security import SidecarSecurity
+
+_PLAIN = SidecarSecurity()
 
 T = TypeVar("T")
 
 _lock = threading.Lock()
 _pid = os.getpid()
-_channels: dict[tuple[str, int], tuple[grpc.Channel, pb_grpc.TaskStateServiceStub]] = {}
+_channels: dict[
+    tuple[str, int, SidecarSecurity], tuple[grpc.Channel, pb_grpc.TaskStateServiceStub]
+] = {}
 
 
-def _stub(target: str, max_message_bytes: int) -> pb_grpc.TaskStateServiceStub:
+def _stub(
+    target: str, max_message_bytes: int, security: SidecarSecurity = _PLAIN
+) -> pb_grpc.TaskStateServiceStub:
     """One channel per (process, target).
 
     PySpark forks workers, and a channel made before a fork must not be used after it
@@ -43,12 +50,12 @@ def _stub(target: str, max_message_bytes: int) -> pb_grpc.TaskStateServiceStub:
         if os.getpid() != _pid:
             _channels.clear()  # the parent's channels: drop, never close, in the child
             _pid = os.getpid()
-        key = (target, max_message_bytes)
+        key = (target, max_message_bytes, security)
         entry = _channels.get(key)
         if entry is None:
-            channel = grpc.insecure_channel(
+            channel = security.channel(
                 target,
-                options=[
+                [
                     ("grpc.max_send_message_length", max_message_bytes),
                     ("grpc.max_receive_message_length", max_message_bytes),
                     ("grpc.enable_retries", 0),
@@ -116,9 +123,16 @@ class GrpcTransport:
     """
 
     def __init__(
-        self, target: str, *, timeout_s: float, retry_deadline_s: float, max_message_bytes: int
+        self,
+        target: str,
+        *,
+        timeout_s: float,
+        retry_deadline_s: float,
+        max_message_bytes: int,
+        security: SidecarSecurity = _PLAIN,
     ) -> None:
         self.target = target
+        self.security = security
         self.timeout_s = timeout_s
         self.retry_deadline_s = retry_deadline_s
         self.max_message_bytes = max_message_bytes
@@ -126,7 +140,7 @@ class GrpcTransport:
     @property
     def stub(self) -> pb_grpc.TaskStateServiceStub:
         """The process-local stub (created lazily, re-created after a fork)."""
-        return _stub(self.target, self.max_message_bytes)
+        return _stub(self.target, self.max_message_bytes, self.security)
 
     def _call(self, task: str | None, fn: Callable[[], T]) -> T:
         def attempt() -> T:

@@ -23,6 +23,9 @@ INTERNAL = "INTERNAL"
 NOT_FOUND = "NOT_FOUND"
 ALREADY_EXISTS = "ALREADY_EXISTS"
 CHANGED = "CHANGED"  # the state kept changing while it was read; read again
+# tokens (sidecar --tokens-file)
+UNAUTHENTICATED = "UNAUTHENTICATED"
+PERMISSION_DENIED = "PERMISSION_DENIED"
 
 ALL = frozenset(
     {
@@ -40,5 +43,7 @@ ALL = frozenset(
         NOT_FOUND,
         ALREADY_EXISTS,
         CHANGED,
+        UNAUTHENTICATED,
+        PERMISSION_DENIED,
     }
 )

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from . import logs
+from .auth import Authorizer, TokenConfigError
 from .server import SidecarConfig, run
 from .storage.connect import RedisSettings, RedisUrlError, TlsFiles
 
@@ -110,6 +111,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=None,
         help="group (name or id) of Unix sockets, e.g. the Spark executors' group",
     )
+    p.add_argument("--tls-cert", metavar="FILE", help="TLS certificate chain of TCP listeners")
+    p.add_argument("--tls-key", metavar="FILE", help="its private key")
+    p.add_argument(
+        "--tls-client-ca",
+        metavar="FILE",
+        help="require client certificates signed by this CA on TCP listeners (mutual TLS)",
+    )
+    p.add_argument(
+        "--insecure-tcp-loopback",
+        action="store_true",
+        help="allow a plaintext TCP listener on a loopback address (tests, local tools)",
+    )
+    p.add_argument(
+        "--tokens-file",
+        metavar="FILE",
+        help='require tokens: JSON {"tokens": [{name, token, namespaces}]} (or '
+        "$TASKSTATE_TOKENS); tokens never go on the command line",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
@@ -159,6 +178,11 @@ def from_args(ns: argparse.Namespace) -> SidecarConfig:
         metrics_host=ns.metrics_host,
         socket_mode=ns.socket_mode,
         socket_group=ns.socket_group,
+        tls_cert=ns.tls_cert,
+        tls_key=ns.tls_key,
+        tls_client_ca=ns.tls_client_ca,
+        insecure_tcp_loopback=ns.insecure_tcp_loopback,
+        auth=Authorizer.load(ns.tokens_file, os.environ.get("TASKSTATE_TOKENS")),
     )
 
 
@@ -172,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.setup(ns.log_level)
     try:
         config = from_args(ns)
-    except RedisUrlError as exc:
+    except (RedisUrlError, TokenConfigError) as exc:
         print(f"taskstate sidecar: {exc}", file=sys.stderr)
         return 2
     return run(config)

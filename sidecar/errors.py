@@ -24,6 +24,8 @@ _STATUS_BY_CODE: dict[str, grpc.StatusCode] = {
     codes.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
     codes.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
     codes.CHANGED: grpc.StatusCode.ABORTED,
+    codes.UNAUTHENTICATED: grpc.StatusCode.UNAUTHENTICATED,
+    codes.PERMISSION_DENIED: grpc.StatusCode.PERMISSION_DENIED,
 }
 
 

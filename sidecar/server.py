@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
 from grpc import aio
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1._async import HealthServicer
@@ -20,6 +21,7 @@ from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 
 from . import metrics
+from .auth import Authorizer
 from .retry import RetryPolicy, is_permanent_connection_error
 from .service import Limits, TaskStateServicer
 from .storage.base import Storage
@@ -55,9 +57,20 @@ class SidecarConfig:
     # Unix sockets: who may connect (owner and group only, by default).
     socket_mode: int = 0o660
     socket_group: int | None = None
+    # TCP listeners: TLS (server certificate; with a client CA, mutual TLS) unless the
+    # operator explicitly allows plaintext on a loopback address.
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_client_ca: str | None = None
+    insecure_tcp_loopback: bool = False
+    # Tokens (from --tokens-file or $TASKSTATE_TOKENS); None: no tokens.
+    auth: Authorizer | None = None
 
     def __repr__(self) -> str:
         return f"SidecarConfig(redis_url={redact(self.redis_url)!r}, listen={self.listen!r})"
+
+
+_LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
 def _listen_address(spec: str) -> tuple[str, Path | None]:
@@ -108,7 +121,10 @@ class Sidecar:
         self.server = aio.server(options=opts)
         pb_grpc.add_TaskStateServiceServicer_to_server(
             TaskStateServicer(
-                self.storage, Limits(config.max_message_bytes), redact(config.redis_url)
+                self.storage,
+                Limits(config.max_message_bytes),
+                redact(config.redis_url),
+                config.auth,
             ),
             self.server,
         )
@@ -207,7 +223,7 @@ class Sidecar:
                         "The sidecar must be a member of --socket-group."
                     ) from exc
             else:
-                port = self.server.add_insecure_port(addr)
+                port = self._add_tcp_port(spec, addr)
             if path is None:
                 host = addr.rpartition(":")[0]
                 self.addresses.append(f"tcp://{host}:{port}")
@@ -217,6 +233,39 @@ class Sidecar:
         await self._set_health(reachable)
         self._health_task = asyncio.create_task(self._watch_health())
         return self.addresses
+
+    def _add_tcp_port(self, spec: str, addr: str) -> int:
+        """Bind a TCP listener: TLS, or plaintext only on loopback when told so."""
+        c = self.config
+        if c.tls_cert or c.tls_key:
+            if not (c.tls_cert and c.tls_key):
+                raise ConfigError("--tls-cert and --tls-key go together")
+            try:
+                chain = Path(c.tls_cert).read_bytes()
+                key = Path(c.tls_key).read_bytes()
+                roots = Path(c.tls_client_ca).read_bytes() if c.tls_client_ca else None
+            except OSError as exc:
+                raise ConfigError(f"--listen {spec}: cannot read a TLS file: {exc}") from exc
+            creds = grpc.ssl_server_credentials(
+                [(key, chain)], root_certificates=roots, require_client_auth=roots is not None
+            )
+            return self.server.add_secure_port(addr, creds)
+        if c.tls_client_ca:
+            raise ConfigError("--tls-client-ca needs --tls-cert and --tls-key")
+        host = addr.rpartition(":")[0].strip("[]")
+        if c.insecure_tcp_loopback and host in _LOOPBACK:
+            log.warning("plaintext TCP listener on loopback", extra={"listen": spec})
+            return self.server.add_insecure_port(addr)
+        raise ConfigError(
+            f"--listen {spec} would be plaintext: anyone who reaches the port could read and "
+            "write every task's state. Give --tls-cert and --tls-key (and --tls-client-ca "
+            "for mutual TLS), or use a Unix socket"
+            + (
+                ", or for a loopback address only, --insecure-tcp-loopback."
+                if host in _LOOPBACK
+                else ". Plaintext is allowed only on a loopback address (127.0.0.1, ::1)."
+            )
+        )
 
     async def stop(self) -> None:
         """Drain: refuse new calls, let in-flight ones finish (bounded), close Redis."""

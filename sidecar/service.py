@@ -10,6 +10,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from itertools import chain
 from typing import Any, NoReturn, TypeVar
@@ -22,6 +23,7 @@ from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 
 from . import metrics
+from .auth import Authorizer, Grant, visible
 from .errors import SidecarError
 from .logs import REQUEST
 from .storage.base import Durability, Storage, TaskKey, TaskMeta
@@ -217,13 +219,53 @@ def _observed(method: str, request: Any) -> Iterator[list[str]]:
             pass
 
 
+# what a token refusal says the caller tried to do
+_VERBS = {
+    "Open": "open",
+    "Restore": "restore",
+    "Commit": "commit to",
+    "Get": "read",
+    "MultiGet": "read",
+    "Describe": "describe",
+    "List": "list",
+    "Drop": "drop",
+    "Read": "read",
+    "Import": "import into",
+    "Doctor": "diagnose",
+}
+
+
 class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]  # no .pyi
     """Implements taskstate.v1.TaskStateService on top of a Storage."""
 
-    def __init__(self, storage: Storage, limits: Limits | None = None, redis_url: str = "") -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        limits: Limits | None = None,
+        redis_url: str = "",
+        auth: Authorizer | None = None,
+    ) -> None:
         self.storage = storage
         self.limits = limits or Limits()
         self.redis_url = redis_url  # redacted, for Doctor
+        self.auth = auth  # None: no tokens (the socket's permissions are the gate)
+        self._grant: ContextVar[Grant | None] = ContextVar("taskstate_grant", default=None)
+
+    def _authorize(
+        self, context: aio.ServicerContext[Any, Any], what: str, request: Any
+    ) -> Grant | None:
+        """With tokens on: the caller's grant, refused unless it covers the namespace."""
+        if self.auth is None:
+            return None
+        ns: str | None = None
+        task = getattr(request, "task", None)
+        if task is not None:
+            ns = task.namespace
+        elif getattr(request, "namespace", ""):
+            ns = request.namespace
+        metadata: Any = context.invocation_metadata()
+        grant: Grant = self.auth.check(metadata, ns, _VERBS.get(what, what))
+        return grant
 
     async def _guard(
         self,
@@ -234,6 +276,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
     ) -> T:
         with _observed(what, request) as outcome:
             try:
+                self._grant.set(self._authorize(context, what, request))
                 return await fn()
             except SidecarError as exc:
                 outcome.append(exc.code)
@@ -303,6 +346,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
     ) -> AsyncIterator[pb.RestoreChunk]:
         with _observed("Restore", request) as outcome:
             try:
+                self._authorize(context, "Restore", request)
                 t0 = time.perf_counter()
                 task = task_key(request.task)
                 epoch = _epoch(request.epoch, task.fq)
@@ -430,12 +474,13 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
     ) -> pb.ListResponse:
         async def run() -> pb.ListResponse:
             if not request.namespace and not request.component:
-                return pb.ListResponse(namespaces=await self.storage.namespaces())
+                names = await self.storage.namespaces()
+                return pb.ListResponse(namespaces=visible(self._grant.get(), names))
             ns, comp = self._scope(request.namespace, request.component)
             metas = await self.storage.list_tasks(ns, comp)
             return pb.ListResponse(tasks=[_info(m) for m in metas])
 
-        return await self._guard(context, "List", run)
+        return await self._guard(context, "List", run, request)
 
     async def Drop(  # noqa: D102
         self, request: pb.DropRequest, context: aio.ServicerContext[Any, Any]
@@ -457,13 +502,14 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
             )
             return pb.DropResponse(tasks_dropped=n)
 
-        return await self._guard(context, "Drop", run)
+        return await self._guard(context, "Drop", run, request)
 
     async def Read(  # noqa: D102
         self, request: pb.ReadRequest, context: aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.RestoreChunk]:
         with _observed("Read", request) as outcome:
             try:
+                self._authorize(context, "Read", request)
                 task = task_key(request.task)
                 n = max(1, min(request.max_fields or DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS))
                 pattern = request.pattern or None
