@@ -123,6 +123,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="allow a plaintext TCP listener on a loopback address (tests, local tools)",
     )
+    for flag, default, what in (
+        ("--max-commit-keys", 1_000_000, "keys (upserts + deletes) in one commit or import"),
+        ("--max-key-bytes", 4096, "bytes of one key"),
+        ("--max-value-bytes", 16 << 20, "bytes of one encoded value"),
+        ("--max-in-flight", 1024, "requests served at once; more are refused with LIMIT"),
+        ("--max-streams-per-connection", 100, "concurrent calls of one client connection; "
+         "more wait"),
+    ):  # fmt: skip
+        p.add_argument(flag, type=_positive, default=default, help=f"limit: {what} ({default})")
     p.add_argument(
         "--tokens-file",
         metavar="FILE",
@@ -130,6 +139,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "$TASKSTATE_TOKENS); tokens never go on the command line",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def _positive(value: str) -> int:
+    """A positive integer (argparse type)."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} must be at least 1")
+    return n
 
 
 def _group(value: str) -> int:
@@ -182,6 +202,11 @@ def from_args(ns: argparse.Namespace) -> SidecarConfig:
         tls_key=ns.tls_key,
         tls_client_ca=ns.tls_client_ca,
         insecure_tcp_loopback=ns.insecure_tcp_loopback,
+        max_commit_keys=ns.max_commit_keys,
+        max_key_bytes=ns.max_key_bytes,
+        max_value_bytes=ns.max_value_bytes,
+        max_in_flight=ns.max_in_flight,
+        max_streams_per_connection=ns.max_streams_per_connection,
         auth=Authorizer.load(ns.tokens_file, os.environ.get("TASKSTATE_TOKENS")),
     )
 

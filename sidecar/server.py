@@ -63,6 +63,12 @@ class SidecarConfig:
     tls_key: str | None = None
     tls_client_ca: str | None = None
     insecure_tcp_loopback: bool = False
+    # Limits (each refusal names its setting)
+    max_commit_keys: int = 1_000_000
+    max_key_bytes: int = 4096
+    max_value_bytes: int = 16 << 20
+    max_in_flight: int = 1024
+    max_streams_per_connection: int = 100
     # Tokens (from --tokens-file or $TASKSTATE_TOKENS); None: no tokens.
     auth: Authorizer | None = None
 
@@ -117,12 +123,20 @@ class Sidecar:
         opts = [
             ("grpc.max_receive_message_length", config.max_message_bytes),
             ("grpc.max_send_message_length", config.max_message_bytes),
+            # one client (connection) cannot hog the sidecar: further calls wait
+            ("grpc.max_concurrent_streams", config.max_streams_per_connection),
         ]
         self.server = aio.server(options=opts)
         pb_grpc.add_TaskStateServiceServicer_to_server(
             TaskStateServicer(
                 self.storage,
-                Limits(config.max_message_bytes),
+                Limits(
+                    config.max_message_bytes,
+                    config.max_commit_keys,
+                    config.max_key_bytes,
+                    config.max_value_bytes,
+                    config.max_in_flight,
+                ),
                 redact(config.redis_url),
                 config.auth,
             ),

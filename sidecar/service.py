@@ -42,6 +42,41 @@ class Limits:
     """Request limits; each refusal names the limit and the setting that raises it."""
 
     max_message_bytes: int = 64 << 20
+    max_commit_keys: int = 1_000_000
+    max_key_bytes: int = 4096
+    max_value_bytes: int = 16 << 20
+    max_in_flight: int = 1024
+
+    def check_entries(
+        self, fq: str, upserts: Sequence[tuple[str, bytes]], deletes: Sequence[str], what: str
+    ) -> None:
+        """Refuse a change set over the key count, key size or value size limits."""
+        n = len(upserts) + len(deletes)
+        if n > self.max_commit_keys:
+            raise _limit(
+                f"task {fq}: this {what} has {n} keys, over the limit of {self.max_commit_keys} "
+                "(sidecar --max-commit-keys). Nothing was written. Commit more often "
+                "(s.commit(position=...)) or raise --max-commit-keys."
+            )
+        longest = max(chain((k for k, _ in upserts), deletes), key=len, default="")
+        if len(longest) * 4 > self.max_key_bytes and len(longest.encode()) > self.max_key_bytes:
+            raise _limit(
+                f"task {fq}: key {longest[:80]!r}... is {len(longest.encode())} bytes, over the "
+                f"limit of {self.max_key_bytes} (sidecar --max-key-bytes). Nothing was "
+                "written. Use shorter keys (e.g. a hash of the long one)."
+            )
+        if upserts:
+            key, value = max(upserts, key=lambda kv: len(kv[1]))
+            if len(value) > self.max_value_bytes:
+                raise _limit(
+                    f"task {fq}: the value of key {key[:80]!r} is {len(value)} bytes, over the "
+                    f"limit of {self.max_value_bytes} (sidecar --max-value-bytes). Nothing was "
+                    "written. Split it over several keys, or raise --max-value-bytes."
+                )
+
+
+def _limit(message: str) -> SidecarError:
+    return SidecarError(codes.LIMIT, message)
 
 
 def _bad(message: str) -> SidecarError:
@@ -250,6 +285,22 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
         self.redis_url = redis_url  # redacted, for Doctor
         self.auth = auth  # None: no tokens (the socket's permissions are the gate)
         self._grant: ContextVar[Grant | None] = ContextVar("taskstate_grant", default=None)
+        self._in_flight = 0
+
+    @contextmanager
+    def _slot(self, what: str) -> Iterator[None]:
+        """Hold one of --max-in-flight request slots; refuse (LIMIT) when none is free."""
+        if self._in_flight >= self.limits.max_in_flight:
+            raise _limit(
+                f"{what}: the sidecar is serving {self._in_flight} requests, its limit "
+                f"(--max-in-flight {self.limits.max_in_flight}). Retry shortly; if this is "
+                "steady, run more sidecars or raise --max-in-flight."
+            )
+        self._in_flight += 1
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
 
     def _authorize(
         self, context: aio.ServicerContext[Any, Any], what: str, request: Any
@@ -276,8 +327,9 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
     ) -> T:
         with _observed(what, request) as outcome:
             try:
-                self._grant.set(self._authorize(context, what, request))
-                return await fn()
+                with self._slot(what):
+                    self._grant.set(self._authorize(context, what, request))
+                    return await fn()
             except SidecarError as exc:
                 outcome.append(exc.code)
                 if exc.code == codes.FENCED:
@@ -346,32 +398,37 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
     ) -> AsyncIterator[pb.RestoreChunk]:
         with _observed("Restore", request) as outcome:
             try:
-                self._authorize(context, "Restore", request)
-                t0 = time.perf_counter()
-                task = task_key(request.task)
-                epoch = _epoch(request.epoch, task.fq)
-                n = request.max_fields or DEFAULT_CHUNK_FIELDS
-                n = max(1, min(n, MAX_CHUNK_FIELDS))
-                sent = 0
-                async for items in self.storage.restore(task, epoch, n):
-                    sent += len(items)
-                    for piece in _pieces(items):
-                        if request.packed:
-                            # keys and values as msgpack raw strings, straight from Redis:
-                            # the client decodes (and UTF-8-checks) them in C
-                            flat = list(chain.from_iterable(piece))
-                            yield pb.RestoreChunk(packed=msgpack.packb(flat, use_bin_type=False))
-                        else:
-                            yield pb.RestoreChunk(
-                                entries=[
-                                    pb.Entry(key=k if isinstance(k, str) else k.decode(), value=v)
-                                    for k, v in piece
-                                ]
-                            )
-                version = await self.storage.version(task)
-                yield pb.RestoreChunk(last=True, version=version)
-                metrics.RESTORE_KEYS.inc(sent)
-                metrics.RESTORE_SECONDS.observe(time.perf_counter() - t0)
+                with self._slot("Restore"):
+                    self._authorize(context, "Restore", request)
+                    t0 = time.perf_counter()
+                    task = task_key(request.task)
+                    epoch = _epoch(request.epoch, task.fq)
+                    n = request.max_fields or DEFAULT_CHUNK_FIELDS
+                    n = max(1, min(n, MAX_CHUNK_FIELDS))
+                    sent = 0
+                    async for items in self.storage.restore(task, epoch, n):
+                        sent += len(items)
+                        for piece in _pieces(items):
+                            if request.packed:
+                                # keys and values as msgpack raw strings, straight from Redis:
+                                # the client decodes (and UTF-8-checks) them in C
+                                flat = list(chain.from_iterable(piece))
+                                yield pb.RestoreChunk(
+                                    packed=msgpack.packb(flat, use_bin_type=False)
+                                )
+                            else:
+                                yield pb.RestoreChunk(
+                                    entries=[
+                                        pb.Entry(
+                                            key=k if isinstance(k, str) else k.decode(), value=v
+                                        )
+                                        for k, v in piece
+                                    ]
+                                )
+                    version = await self.storage.version(task)
+                    yield pb.RestoreChunk(last=True, version=version)
+                    metrics.RESTORE_KEYS.inc(sent)
+                    metrics.RESTORE_SECONDS.observe(time.perf_counter() - t0)
             except SidecarError as exc:
                 outcome.append(exc.code)
                 await self._abort(context, _naming_task(exc, request))
@@ -399,6 +456,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                 upserts.extend(_unpack_upserts(request.packed_upserts, task.fq))
             if request.packed_deletes:
                 deletes.extend(_unpack_keys(request.packed_deletes, task.fq, "packed_deletes"))
+            self.limits.check_entries(task.fq, upserts, deletes, "commit")
             if deletes and not set(deletes).isdisjoint(k for k, _ in upserts):
                 raise _bad(f"task {task.fq}: a key is both upserted and deleted in one commit")
             t0 = time.perf_counter()
@@ -509,19 +567,20 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
     ) -> AsyncIterator[pb.RestoreChunk]:
         with _observed("Read", request) as outcome:
             try:
-                self._authorize(context, "Read", request)
-                task = task_key(request.task)
-                n = max(1, min(request.max_fields or DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS))
-                pattern = request.pattern or None
-                async for items in self.storage.read(task, pattern, n):
-                    for piece in _pieces(items):
-                        yield pb.RestoreChunk(
-                            entries=[
-                                pb.Entry(key=k if isinstance(k, str) else k.decode(), value=v)
-                                for k, v in piece
-                            ]
-                        )
-                yield pb.RestoreChunk(last=True, version=await self.storage.version(task))
+                with self._slot("Read"):
+                    self._authorize(context, "Read", request)
+                    task = task_key(request.task)
+                    n = max(1, min(request.max_fields or DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS))
+                    pattern = request.pattern or None
+                    async for items in self.storage.read(task, pattern, n):
+                        for piece in _pieces(items):
+                            yield pb.RestoreChunk(
+                                entries=[
+                                    pb.Entry(key=k if isinstance(k, str) else k.decode(), value=v)
+                                    for k, v in piece
+                                ]
+                            )
+                    yield pb.RestoreChunk(last=True, version=await self.storage.version(task))
             except SidecarError as exc:
                 outcome.append(exc.code)
                 await self._abort(context, _naming_task(exc, request))
@@ -541,6 +600,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
             bad = next((k for k, v in entries if not v), None)
             if bad is not None:
                 raise _bad(f"task {task.fq}: key {bad[:80]!r} has an empty encoded value")
+            self.limits.check_entries(task.fq, entries, (), "import")
             codec = request.codec or "json"
             if ids.name_problem("codec", codec):
                 raise _bad(f"task {task.fq}: invalid codec name {codec[:40]!r}")
