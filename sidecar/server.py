@@ -18,12 +18,11 @@ from grpc_reflection.v1alpha import reflection
 from redis.exceptions import RedisError
 
 from taskstate.proto import taskstate_pb2 as pb
-from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 
 from . import metrics
 from .auth import Authorizer
 from .retry import RetryPolicy, is_permanent_connection_error
-from .service import Limits, TaskStateServicer
+from .service import Limits, TaskStateServicer, add_to_server
 from .storage.base import Storage
 from .storage.connect import RedisSettings, RedisUrlError, redact
 from .storage.redis_backend import RedisStorage
@@ -127,7 +126,7 @@ class Sidecar:
             ("grpc.max_concurrent_streams", config.max_streams_per_connection),
         ]
         self.server = aio.server(options=opts)
-        pb_grpc.add_TaskStateServiceServicer_to_server(
+        add_to_server(
             TaskStateServicer(
                 self.storage,
                 Limits(

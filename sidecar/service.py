@@ -270,6 +270,15 @@ _VERBS = {
 }
 
 
+async def abort(context: aio.ServicerContext[Any, Any], exc: SidecarError) -> NoReturn:
+    """End the call with the error's status, its taskstate code in the trailing metadata."""
+    log.info("request refused", extra={"code": exc.code, "error": exc.message})
+    await context.abort(
+        exc.status, exc.message, trailing_metadata=((codes.METADATA_KEY, exc.code),)
+    )
+    raise AssertionError("abort returned")  # pragma: no cover
+
+
 class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]  # no .pyi
     """Implements taskstate.v1.TaskStateService on top of a Storage."""
 
@@ -345,11 +354,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
 
     @staticmethod
     async def _abort(context: aio.ServicerContext[Any, Any], exc: SidecarError) -> NoReturn:
-        log.info("request refused", extra={"code": exc.code, "error": exc.message})
-        await context.abort(
-            exc.status, exc.message, trailing_metadata=((codes.METADATA_KEY, exc.code),)
-        )
-        raise AssertionError("abort returned")  # pragma: no cover
+        await abort(context, exc)
 
     async def Open(  # noqa: D102
         self, request: pb.OpenRequest, context: aio.ServicerContext[Any, Any]
@@ -652,3 +657,92 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
 
 
 __all__ = ["Limits", "TaskStateServicer", "task_key"]
+
+
+# -- registration: requests that do not parse get INVALID_ARGUMENT, not gRPC's UNKNOWN ----
+
+_RPCS: dict[str, tuple[bool, Any, Any]] = {
+    # method: (server streaming, request, response)
+    "Open": (False, pb.OpenRequest, pb.OpenResponse),
+    "Restore": (True, pb.RestoreRequest, pb.RestoreChunk),
+    "Commit": (False, pb.CommitRequest, pb.CommitResponse),
+    "Get": (False, pb.GetRequest, pb.GetResponse),
+    "MultiGet": (False, pb.GetRequest, pb.GetResponse),
+    "Describe": (False, pb.DescribeRequest, pb.TaskInfo),
+    "List": (False, pb.ListRequest, pb.ListResponse),
+    "Drop": (False, pb.DropRequest, pb.DropResponse),
+    "Read": (True, pb.ReadRequest, pb.RestoreChunk),
+    "Import": (False, pb.ImportRequest, pb.ImportResponse),
+    "Doctor": (False, pb.DoctorRequest, pb.DoctorResponse),
+}
+SERVICE_NAME = "taskstate.v1.TaskStateService"
+
+
+@dataclass(frozen=True, slots=True)
+class _Malformed:
+    """Bytes that are not the request message (or carry a string that is not UTF-8)."""
+
+    message: str
+    error: str
+
+
+def _lenient(cls: Any) -> Callable[[bytes], Any]:
+    def parse(raw: bytes) -> Any:
+        try:
+            return cls.FromString(raw)
+        except Exception as exc:  # DecodeError, or invalid UTF-8 in a string field
+            return _Malformed(cls.DESCRIPTOR.name, str(exc)[:200])
+
+    return parse
+
+
+def add_to_server(servicer: TaskStateServicer, server: aio.Server) -> None:
+    """Register the service like the generated helper, but parse requests leniently."""
+    import grpc
+
+    def refusal(method: str, bad: _Malformed) -> SidecarError:
+        return _bad(
+            f"{method}: the request is not a valid {bad.message} ({bad.error}). Use a "
+            "taskstate client or the stubs generated from proto/taskstate.proto."
+        )
+
+    def unary(method: str) -> Callable[..., Awaitable[Any]]:
+        impl = getattr(servicer, method)
+
+        async def handle(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
+            if isinstance(request, _Malformed):
+                with _observed(method, None) as outcome:
+                    outcome.append(codes.INVALID_ARGUMENT)
+                    await abort(context, refusal(method, request))
+            return await impl(request, context)
+
+        return handle
+
+    def stream(method: str) -> Callable[..., AsyncIterator[Any]]:
+        impl = getattr(servicer, method)
+
+        async def handle(
+            request: Any, context: aio.ServicerContext[Any, Any]
+        ) -> AsyncIterator[Any]:
+            if isinstance(request, _Malformed):
+                with _observed(method, None) as outcome:
+                    outcome.append(codes.INVALID_ARGUMENT)
+                    await abort(context, refusal(method, request))
+            async for item in impl(request, context):
+                yield item
+
+        return handle
+
+    handlers = {}
+    for method, (streaming, req, resp) in _RPCS.items():
+        make = (
+            grpc.unary_stream_rpc_method_handler
+            if streaming
+            else grpc.unary_unary_rpc_method_handler
+        )
+        handlers[method] = make(
+            (stream if streaming else unary)(method),
+            request_deserializer=_lenient(req),
+            response_serializer=resp.SerializeToString,
+        )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
