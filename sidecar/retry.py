@@ -129,6 +129,14 @@ class RetryPolicy:
             raise
         except Exception as exc:
             metrics.REDIS_ERRORS.labels(what, type(exc).__name__).inc()
+            if isinstance(exc, rex.ResponseError) and str(exc).startswith("WRONGTYPE"):
+                raise SidecarError(
+                    codes.CORRUPT_STATE,
+                    f"a key of this task holds the wrong Redis type during {what} ({exc}): "
+                    "it was not written by taskstate. Nothing was changed. Operator action: "
+                    "find it with `redis-cli --scan --pattern 'ts:{<task>}:*'` and `TYPE`, "
+                    "then repair it or drop the task's state (`taskstate drop ... --yes`).",
+                ) from None
             if is_permanent_connection_error(exc):
                 raise SidecarError(
                     codes.STORAGE_UNAVAILABLE,

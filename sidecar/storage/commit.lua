@@ -12,10 +12,24 @@
 --            before the batch ('' when it did not exist); later commits of the same batch
 --            (group-scoped commits, retries) add only keys not yet recorded, so a retried
 --            commit is idempotent.
--- Returns {version, size}. Errors: TSFENCED <epoch>, TSAHEAD <last>. An error writes nothing.
+-- Returns {version, size}. Errors: TSFENCED <epoch>, TSAHEAD <last>, TSCORRUPT <what>.
+-- An error writes nothing.
 local meta, data, undo = KEYS[1], KEYS[2], KEYS[3]
+-- a data or rollback key of another type would fail a write half-way: refuse first
+for _, k in ipairs({data, undo}) do
+  local t = redis.call('TYPE', k)['ok']
+  if t ~= 'hash' and t ~= 'none' then
+    return redis.error_reply('TSCORRUPT key ' .. k .. ' holds a ' .. t .. ', not a hash')
+  end
+end
 local m = redis.call('HMGET', meta, 'epoch', 'batch', 'undo_batch', 'pos', 'ver', 'gen',
   'undo_mode')
+for i, name in ipairs({'epoch', 'batch', 'undo_batch', 'ver'}) do
+  local v = m[({1, 2, 3, 5})[i]]
+  if v and tonumber(v) == nil then
+    return redis.error_reply('TSCORRUPT metadata field ' .. name .. ' is not a number')
+  end
+end
 if m[1] == false or tonumber(m[1]) ~= tonumber(ARGV[1]) then
   return redis.error_reply('TSFENCED ' .. tostring(m[1]))
 end

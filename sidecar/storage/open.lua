@@ -6,6 +6,13 @@
 --          rolled_back, rolled_back_keys}
 -- Errors: TSAHEAD <last>, TSCORRUPT <what>, TSCODEC <stored codec>. An error writes nothing.
 local meta, data, undo = KEYS[1], KEYS[2], KEYS[3]
+-- a data or rollback key of another type would fail a write half-way: refuse first
+for _, k in ipairs({data, undo}) do
+  local t = redis.call('TYPE', k)['ok']
+  if t ~= 'hash' and t ~= 'none' then
+    return redis.error_reply('TSCORRUPT key ' .. k .. ' holds a ' .. t .. ', not a hash')
+  end
+end
 local m = redis.call('HMGET', meta, 'layout', 'epoch', 'batch', 'gen', 'ver', 'codec',
   'undo_batch', 'prev_batch', 'prev_pos', 'pos', 'undo_mode', 'undo_n')
 if m[1] and m[1] ~= '1' then
