@@ -213,6 +213,13 @@ def _unpack_upserts(blob: bytes, fq: str) -> list[tuple[str, bytes]]:
     return list(zip(keys, values, strict=True))
 
 
+def _entries_chunk(piece: Sequence[tuple[str | bytes, bytes]]) -> pb.RestoreChunk:
+    """A chunk in the per-entry form (keys may come as Redis' UTF-8 bytes)."""
+    return pb.RestoreChunk(
+        entries=[pb.Entry(key=k if isinstance(k, str) else k.decode(), value=v) for k, v in piece]
+    )
+
+
 def _request_fields(request: Any) -> dict[str, Any]:
     """task, batch and epoch of a request, for its log records (only what it carries)."""
     out: dict[str, Any] = {}
@@ -334,23 +341,52 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
         fn: Callable[[], Awaitable[T]],
         request: Any = None,
     ) -> T:
+        """Serve one unary call: counted, within the limits, authorized, errors mapped."""
         with _observed(what, request) as outcome:
             try:
                 with self._slot(what):
                     self._grant.set(self._authorize(context, what, request))
                     return await fn()
-            except SidecarError as exc:
-                outcome.append(exc.code)
-                if exc.code == codes.FENCED:
-                    metrics.FENCED.inc()
-                await self._abort(context, _naming_task(exc, request))
-            except Exception as exc:  # the wire gets a status, the log gets the traceback
-                outcome.append(codes.INTERNAL)
-                log.exception("unexpected failure in %s", what)
-                await self._abort(
-                    context,
-                    SidecarError(codes.INTERNAL, f"internal error in {what}: {type(exc).__name__}"),
-                )
+            except Exception as exc:
+                await self._refuse(context, what, request, outcome, exc)
+
+    async def _guard_stream(
+        self,
+        context: aio.ServicerContext[Any, Any],
+        what: str,
+        fn: Callable[[], AsyncIterator[T]],
+        request: Any,
+    ) -> AsyncIterator[T]:
+        """_guard for a server-streaming call."""
+        with _observed(what, request) as outcome:
+            try:
+                with self._slot(what):
+                    self._authorize(context, what, request)
+                    async for item in fn():
+                        yield item
+            except Exception as exc:
+                await self._refuse(context, what, request, outcome, exc)
+
+    async def _refuse(
+        self,
+        context: aio.ServicerContext[Any, Any],
+        what: str,
+        request: Any,
+        outcome: list[str],
+        exc: Exception,
+    ) -> NoReturn:
+        """End a failed call: a SidecarError's code, or INTERNAL (the log gets the trace)."""
+        if isinstance(exc, SidecarError):
+            outcome.append(exc.code)
+            if exc.code == codes.FENCED:
+                metrics.FENCED.inc()
+            await self._abort(context, _naming_task(exc, request))
+        outcome.append(codes.INTERNAL)
+        log.error("unexpected failure in %s", what, exc_info=exc)
+        await self._abort(
+            context,
+            SidecarError(codes.INTERNAL, f"internal error in {what}: {type(exc).__name__}"),
+        )
 
     @staticmethod
     async def _abort(context: aio.ServicerContext[Any, Any], exc: SidecarError) -> NoReturn:
@@ -401,48 +437,28 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
     async def Restore(  # noqa: D102
         self, request: pb.RestoreRequest, context: aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.RestoreChunk]:
-        with _observed("Restore", request) as outcome:
-            try:
-                with self._slot("Restore"):
-                    self._authorize(context, "Restore", request)
-                    t0 = time.perf_counter()
-                    task = task_key(request.task)
-                    epoch = _epoch(request.epoch, task.fq)
-                    n = request.max_fields or DEFAULT_CHUNK_FIELDS
-                    n = max(1, min(n, MAX_CHUNK_FIELDS))
-                    sent = 0
-                    async for items in self.storage.restore(task, epoch, n):
-                        sent += len(items)
-                        for piece in _pieces(items):
-                            if request.packed:
-                                # keys and values as msgpack raw strings, straight from Redis:
-                                # the client decodes (and UTF-8-checks) them in C
-                                flat = list(chain.from_iterable(piece))
-                                yield pb.RestoreChunk(
-                                    packed=msgpack.packb(flat, use_bin_type=False)
-                                )
-                            else:
-                                yield pb.RestoreChunk(
-                                    entries=[
-                                        pb.Entry(
-                                            key=k if isinstance(k, str) else k.decode(), value=v
-                                        )
-                                        for k, v in piece
-                                    ]
-                                )
-                    version = await self.storage.version(task)
-                    yield pb.RestoreChunk(last=True, version=version)
-                    metrics.RESTORE_KEYS.inc(sent)
-                    metrics.RESTORE_SECONDS.observe(time.perf_counter() - t0)
-            except SidecarError as exc:
-                outcome.append(exc.code)
-                await self._abort(context, _naming_task(exc, request))
-            except Exception as exc:
-                outcome.append(codes.INTERNAL)
-                log.exception("unexpected failure in Restore")
-                await self._abort(
-                    context, SidecarError(codes.INTERNAL, f"internal error in Restore: {exc!r}")
-                )
+        async def run() -> AsyncIterator[pb.RestoreChunk]:
+            t0 = time.perf_counter()
+            task = task_key(request.task)
+            epoch = _epoch(request.epoch, task.fq)
+            n = max(1, min(request.max_fields or DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS))
+            sent = 0
+            async for items in self.storage.restore(task, epoch, n):
+                sent += len(items)
+                for piece in _pieces(items):
+                    if request.packed:
+                        # keys and values as msgpack raw strings, straight from Redis: the
+                        # client decodes (and UTF-8-checks) them in C
+                        flat = list(chain.from_iterable(piece))
+                        yield pb.RestoreChunk(packed=msgpack.packb(flat, use_bin_type=False))
+                    else:
+                        yield _entries_chunk(piece)
+            yield pb.RestoreChunk(last=True, version=await self.storage.version(task))
+            metrics.RESTORE_KEYS.inc(sent)
+            metrics.RESTORE_SECONDS.observe(time.perf_counter() - t0)
+
+        async for chunk in self._guard_stream(context, "Restore", run, request):
+            yield chunk
 
     async def Commit(  # noqa: D102
         self, request: pb.CommitRequest, context: aio.ServicerContext[Any, Any]
@@ -570,31 +586,16 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
     async def Read(  # noqa: D102
         self, request: pb.ReadRequest, context: aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.RestoreChunk]:
-        with _observed("Read", request) as outcome:
-            try:
-                with self._slot("Read"):
-                    self._authorize(context, "Read", request)
-                    task = task_key(request.task)
-                    n = max(1, min(request.max_fields or DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS))
-                    pattern = request.pattern or None
-                    async for items in self.storage.read(task, pattern, n):
-                        for piece in _pieces(items):
-                            yield pb.RestoreChunk(
-                                entries=[
-                                    pb.Entry(key=k if isinstance(k, str) else k.decode(), value=v)
-                                    for k, v in piece
-                                ]
-                            )
-                    yield pb.RestoreChunk(last=True, version=await self.storage.version(task))
-            except SidecarError as exc:
-                outcome.append(exc.code)
-                await self._abort(context, _naming_task(exc, request))
-            except Exception as exc:
-                outcome.append(codes.INTERNAL)
-                log.exception("unexpected failure in Read")
-                await self._abort(
-                    context, SidecarError(codes.INTERNAL, f"internal error in Read: {exc!r}")
-                )
+        async def run() -> AsyncIterator[pb.RestoreChunk]:
+            task = task_key(request.task)
+            n = max(1, min(request.max_fields or DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS))
+            async for items in self.storage.read(task, request.pattern or None, n):
+                for piece in _pieces(items):
+                    yield _entries_chunk(piece)
+            yield pb.RestoreChunk(last=True, version=await self.storage.version(task))
+
+        async for chunk in self._guard_stream(context, "Read", run, request):
+            yield chunk
 
     async def Import(  # noqa: D102
         self, request: pb.ImportRequest, context: aio.ServicerContext[Any, Any]
