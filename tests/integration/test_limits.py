@@ -36,6 +36,9 @@ def ts(side: SidecarProcess, ns: str, batch: int) -> TaskState:
         ({f"k{i}": i for i in range(101)},
          "101 keys, over the limit of 100 (sidecar --max-commit-keys)"),
         ({"k" * 65: 1}, "is 65 bytes, over the limit of 64 (sidecar --max-key-bytes)"),
+        # the key over the limit in UTF-8 bytes is not the longest in characters
+        ({"a" * 60: 1, "é" * 40: 2},
+         "is 80 bytes, over the limit of 64 (sidecar --max-key-bytes)"),
         ({"big": "x" * 1000}, "is 1002 bytes, over the limit of 1000 (sidecar --max-value-bytes)"),
     ],
 )  # fmt: skip
