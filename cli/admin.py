@@ -37,6 +37,7 @@ from taskstate.client._errors import (
     TaskStateError,
 )
 from taskstate.client._security import SidecarSecurity
+from taskstate.client._state import _DURABILITY
 from taskstate.client._transport import translate
 from taskstate.proto import ids
 from taskstate.proto import taskstate_pb2 as pb
@@ -44,12 +45,6 @@ from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 
 IMPORT_CHUNK = 5000
 READ_ATTEMPTS = 5
-_DURABILITY = {
-    (False, False): pb.DURABILITY_APPLIED,
-    (True, False): pb.DURABILITY_REPLICATED,
-    (False, True): pb.DURABILITY_FSYNCED,
-    (True, True): pb.DURABILITY_REPLICATED_FSYNCED,
-}
 
 
 class UsageError(Exception):
@@ -78,6 +73,14 @@ class Admin:
         )
         self.stub = pb_grpc.TaskStateServiceStub(self.channel)
         self.reread = 0  # reads started again because a commit landed mid-read
+
+    def health(self, timeout_s: float) -> int:
+        """The sidecar's gRPC health status (raises grpc.RpcError when it does not answer)."""
+        r = health_pb2_grpc.HealthStub(self.channel).Check(
+            health_pb2.HealthCheckRequest(service=""), timeout=timeout_s
+        )
+        status: int = r.status
+        return status
 
     def call(self, method: str, request: Any, task: str | None = None) -> Any:
         """One unary call; a failure becomes the matching TaskStateError."""
@@ -406,10 +409,7 @@ def cmd_doctor(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
     checks: list[dict[str, Any]] = []
     report: dict[str, Any] = {"sidecar": admin.sidecar}
     try:
-        health = health_pb2_grpc.HealthStub(admin.channel).Check(
-            health_pb2.HealthCheckRequest(service=""), timeout=min(admin.timeout_s, 5)
-        )
-        serving = health.status == health_pb2.HealthCheckResponse.SERVING
+        serving = admin.health(min(admin.timeout_s, 5)) == health_pb2.HealthCheckResponse.SERVING
         checks.append(
             {"name": "sidecar reachable", "ok": True, "detail": f"answers at {admin.sidecar}"}
         )
@@ -460,15 +460,12 @@ def cmd_health(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
     is down is alive, only not ready), else 1.
     """
     try:
-        r = health_pb2_grpc.HealthStub(admin.channel).Check(
-            health_pb2.HealthCheckRequest(service=""), timeout=admin.timeout_s
-        )
+        status = admin.health(admin.timeout_s)
     except grpc.RpcError as exc:
         print(f"taskstate health: no answer at {admin.sidecar}: {exc.code().name}", file=sys.stderr)
         return 1
-    status = health_pb2.HealthCheckResponse.ServingStatus.Name(r.status)
-    out.write(status + "\n")
-    return 0 if a.live or r.status == health_pb2.HealthCheckResponse.SERVING else 1
+    out.write(health_pb2.HealthCheckResponse.ServingStatus.Name(status) + "\n")
+    return 0 if a.live or status == health_pb2.HealthCheckResponse.SERVING else 1
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, Admin, IO[str]], int]] = {

@@ -98,3 +98,20 @@ def corrupt(fq: str, what: str) -> SidecarError:
         f"changed. Operator action: inspect it with `taskstate show {fq}`, then restore "
         "Redis from a backup or drop the task's state.",
     )
+
+
+def not_found(fq: str, namespace: str) -> SidecarError:
+    """A task with no stored state (operator commands)."""
+    return SidecarError(
+        codes.NOT_FOUND,
+        f"task {fq}: no state stored. `taskstate ls {namespace}` lists the tasks that have state.",
+    )
+
+
+def already_exists(fq: str) -> SidecarError:
+    """An import onto a task that has state."""
+    return SidecarError(
+        codes.ALREADY_EXISTS,
+        f"task {fq}: already has state; nothing was imported. Drop it first "
+        f"(`taskstate drop {fq} --yes`) or import with --replace.",
+    )

@@ -17,18 +17,15 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 from redis.exceptions import RedisError
 
-from taskstate.proto import taskstate_pb2 as pb
-
 from . import metrics
 from .auth import Authorizer
 from .retry import RetryPolicy, is_permanent_connection_error
-from .service import Limits, TaskStateServicer, add_to_server
+from .service import SERVICE_NAME, Limits, TaskStateServicer, add_to_server
 from .storage.base import Storage
 from .storage.connect import RedisSettings, RedisUrlError, redact
 from .storage.redis_backend import RedisStorage
 
 log = logging.getLogger("taskstate.sidecar")
-SERVICE_NAME = pb.DESCRIPTOR.services_by_name["TaskStateService"].full_name
 
 
 class ConfigError(ValueError):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from itertools import chain
 from typing import Any, NoReturn, TypeVar
 
+import grpc
 import msgpack
 from grpc import aio
 
@@ -226,13 +227,21 @@ def _entries_chunk(piece: Sequence[tuple[str | bytes, bytes]]) -> pb.RestoreChun
     )
 
 
+def _namespace_of(request: Any) -> str | None:
+    """The namespace a request touches: its task's, or its own field (List, Drop)."""
+    task = getattr(request, "task", None)
+    if task is not None:
+        return str(task.namespace)
+    return getattr(request, "namespace", "") or None
+
+
 def _request_fields(request: Any) -> dict[str, Any]:
     """task, batch and epoch of a request, for its log records (only what it carries)."""
     out: dict[str, Any] = {}
     t = getattr(request, "task", None)
     if t is not None and t.namespace:
         out["task"] = f"{t.namespace}/{t.component}/{t.partition}"
-    elif getattr(request, "namespace", ""):
+    elif _namespace_of(request):
         out["namespace"] = request.namespace
     if request is not None and "batch" in request.DESCRIPTOR.fields_by_name:
         if request.HasField("batch"):
@@ -330,14 +339,8 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
         """With tokens on: the caller's grant, refused unless it covers the namespace."""
         if self.auth is None:
             return None
-        ns: str | None = None
-        task = getattr(request, "task", None)
-        if task is not None:
-            ns = task.namespace
-        elif getattr(request, "namespace", ""):
-            ns = request.namespace
         metadata: Any = context.invocation_metadata()
-        grant: Grant = self.auth.check(metadata, ns, _VERBS.get(what, what))
+        grant: Grant = self.auth.check(metadata, _namespace_of(request), _VERBS.get(what, what))
         return grant
 
     async def _guard(
@@ -386,17 +389,13 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
             outcome.append(exc.code)
             if exc.code == codes.FENCED:
                 metrics.FENCED.inc()
-            await self._abort(context, _naming_task(exc, request))
+            await abort(context, _naming_task(exc, request))
         outcome.append(codes.INTERNAL)
         log.error("unexpected failure in %s", what, exc_info=exc)
-        await self._abort(
+        await abort(
             context,
             SidecarError(codes.INTERNAL, f"internal error in {what}: {type(exc).__name__}"),
         )
-
-    @staticmethod
-    async def _abort(context: aio.ServicerContext[Any, Any], exc: SidecarError) -> NoReturn:
-        await abort(context, exc)
 
     async def Open(  # noqa: D102
         self, request: pb.OpenRequest, context: aio.ServicerContext[Any, Any]
@@ -528,7 +527,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
         self, request: pb.GetRequest, context: aio.ServicerContext[Any, Any]
     ) -> pb.GetResponse:
         if len(request.keys) != 1:
-            await self._abort(context, _bad("Get takes exactly one key; use MultiGet"))
+            await abort(context, _bad("Get takes exactly one key; use MultiGet"))
         return await self._get(request, context)
 
     async def MultiGet(  # noqa: D102
@@ -663,26 +662,13 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
         return await self._guard(context, "Doctor", run, request)
 
 
-__all__ = ["Limits", "TaskStateServicer", "task_key"]
+__all__ = ["SERVICE_NAME", "Limits", "TaskStateServicer", "add_to_server", "task_key"]
 
 
 # -- registration: requests that do not parse get INVALID_ARGUMENT, not gRPC's UNKNOWN ----
 
-_RPCS: dict[str, tuple[bool, Any, Any]] = {
-    # method: (server streaming, request, response)
-    "Open": (False, pb.OpenRequest, pb.OpenResponse),
-    "Restore": (True, pb.RestoreRequest, pb.RestoreChunk),
-    "Commit": (False, pb.CommitRequest, pb.CommitResponse),
-    "Get": (False, pb.GetRequest, pb.GetResponse),
-    "MultiGet": (False, pb.GetRequest, pb.GetResponse),
-    "Describe": (False, pb.DescribeRequest, pb.TaskInfo),
-    "List": (False, pb.ListRequest, pb.ListResponse),
-    "Drop": (False, pb.DropRequest, pb.DropResponse),
-    "Read": (True, pb.ReadRequest, pb.RestoreChunk),
-    "Import": (False, pb.ImportRequest, pb.ImportResponse),
-    "Doctor": (False, pb.DoctorRequest, pb.DoctorResponse),
-}
-SERVICE_NAME = "taskstate.v1.TaskStateService"
+_SERVICE = pb.DESCRIPTOR.services_by_name["TaskStateService"]
+SERVICE_NAME = _SERVICE.full_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -704,23 +690,29 @@ def _lenient(cls: Any) -> Callable[[bytes], Any]:
 
 
 def add_to_server(servicer: TaskStateServicer, server: aio.Server) -> None:
-    """Register the service like the generated helper, but parse requests leniently."""
-    import grpc
+    """Register every RPC of the .proto, parsing requests leniently.
 
-    def refusal(method: str, bad: _Malformed) -> SidecarError:
-        return _bad(
-            f"{method}: the request is not a valid {bad.message} ({bad.error}). Use a "
-            "taskstate client or the stubs generated from proto/taskstate.proto."
-        )
+    Like the generated helper, except that bytes that are not the request message get
+    INVALID_ARGUMENT with a taskstate code instead of gRPC's bare UNKNOWN.
+    """
+
+    async def refuse(method: str, bad: _Malformed, context: aio.ServicerContext[Any, Any]) -> None:
+        with _observed(method, None) as outcome:
+            outcome.append(codes.INVALID_ARGUMENT)
+            await abort(
+                context,
+                _bad(
+                    f"{method}: the request is not a valid {bad.message} ({bad.error}). Use a "
+                    "taskstate client or the stubs generated from proto/taskstate.proto."
+                ),
+            )
 
     def unary(method: str) -> Callable[..., Awaitable[Any]]:
         impl = getattr(servicer, method)
 
         async def handle(request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
             if isinstance(request, _Malformed):
-                with _observed(method, None) as outcome:
-                    outcome.append(codes.INVALID_ARGUMENT)
-                    await abort(context, refusal(method, request))
+                await refuse(method, request, context)
             return await impl(request, context)
 
         return handle
@@ -732,24 +724,22 @@ def add_to_server(servicer: TaskStateServicer, server: aio.Server) -> None:
             request: Any, context: aio.ServicerContext[Any, Any]
         ) -> AsyncIterator[Any]:
             if isinstance(request, _Malformed):
-                with _observed(method, None) as outcome:
-                    outcome.append(codes.INVALID_ARGUMENT)
-                    await abort(context, refusal(method, request))
+                await refuse(method, request, context)
             async for item in impl(request, context):
                 yield item
 
         return handle
 
     handlers = {}
-    for method, (streaming, req, resp) in _RPCS.items():
+    for m in _SERVICE.methods:
         make = (
             grpc.unary_stream_rpc_method_handler
-            if streaming
+            if m.server_streaming
             else grpc.unary_unary_rpc_method_handler
         )
-        handlers[method] = make(
-            (stream if streaming else unary)(method),
-            request_deserializer=_lenient(req),
-            response_serializer=resp.SerializeToString,
+        handlers[m.name] = make(
+            (stream if m.server_streaming else unary)(m.name),
+            request_deserializer=_lenient(getattr(pb, m.input_type.name)),
+            response_serializer=getattr(pb, m.output_type.name).SerializeToString,
         )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))

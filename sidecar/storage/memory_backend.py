@@ -12,8 +12,6 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-from taskstate.proto import codes
-
 from .. import errors
 from .base import (
     Check,
@@ -27,6 +25,12 @@ from .base import (
 )
 
 _ABSENT = None
+
+
+def _chunks(items: list[tuple[str, bytes]], n: int) -> list[list[tuple[str, bytes]]]:
+    """`items` in chunks of at most `n` (as restore and read yield them)."""
+    n = max(n, 1)
+    return [items[i : i + n] for i in range(0, len(items), n)]
 
 
 @dataclass
@@ -127,9 +131,8 @@ class MemoryStorage:
         t = self.tasks.get(task)
         self._fenced(task, t, epoch)
         assert t is not None  # noqa: S101 - checked by _fenced
-        items = list(t.data.items())
-        for i in range(0, len(items), max(max_fields, 1)):
-            yield items[i : i + max_fields]
+        for chunk in _chunks(list(t.data.items()), max_fields):
+            yield chunk
 
     async def commit(
         self,
@@ -243,12 +246,12 @@ class MemoryStorage:
         """The committed state without a claim (one version: nothing runs meanwhile)."""
         t = self.tasks.get(task)
         if t is None:
-            raise errors.SidecarError(codes.NOT_FOUND, f"task {task.fq}: no state stored.")
+            raise errors.not_found(task.fq, task.namespace)
         items = [
             (k, v) for k, v in t.data.items() if pattern is None or fnmatch.fnmatchcase(k, pattern)
         ]
-        for i in range(0, len(items), max(max_fields, 1)):
-            yield items[i : i + max_fields]
+        for chunk in _chunks(items, max_fields):
+            yield chunk
 
     async def import_task(
         self,
@@ -269,9 +272,7 @@ class MemoryStorage:
             t.ver += 1
         else:
             if t is not None and not replace:
-                raise errors.SidecarError(
-                    codes.ALREADY_EXISTS, f"task {task.fq}: already has state."
-                )
+                raise errors.already_exists(task.fq)
             t = _Task(
                 epoch=(t.epoch if t else 0) + 1,
                 batch=committed_batch,

@@ -339,12 +339,7 @@ class RedisStorage:
             r = await self._run("open", call)
         except rex.ResponseError as exc:
             raise self._script_error(task, exc, batch, codec) from None
-        await self._run(
-            "index",
-            lambda: self._redis.sadd(
-                index_key(task.namespace), f"{task.component}/{task.partition}"
-            ),
-        )
+        await self._index(task)
         return OpenResult(
             epoch=int(r[0]),
             committed_batch=int(r[1]),
@@ -543,6 +538,11 @@ class RedisStorage:
             rollbacks=num("rollbacks"),
         )
 
+    async def _index(self, task: TaskKey) -> None:
+        """Record the task in its namespace's index (for listing)."""
+        member = f"{task.component}/{task.partition}"
+        await self._run("index", lambda: self._redis.sadd(index_key(task.namespace), member))
+
     async def _members(self, namespace: str, component: str | None) -> list[TaskKey]:
         raw = await self._run("list", lambda: self._redis.smembers(index_key(namespace)))
         tasks = []
@@ -587,11 +587,7 @@ class RedisStorage:
         meta, data, _ = task_keys(task)
         before = await self.describe(task)
         if not before.exists:
-            raise SidecarError(
-                codes.NOT_FOUND,
-                f"task {task.fq}: no state stored. `taskstate ls {task.namespace}` lists the "
-                "tasks that have state.",
-            )
+            raise errors.not_found(task.fq, task.namespace)
         cursor = 0
         server = None
         while True:
@@ -649,11 +645,7 @@ class RedisStorage:
         except rex.ResponseError as exc:
             kind, _, detail = str(exc).partition(" ")
             if kind == "TSEXISTS":
-                raise SidecarError(
-                    codes.ALREADY_EXISTS,
-                    f"task {task.fq}: already has state; nothing was imported. Drop it first "
-                    f"(`taskstate drop {task.fq} --yes`) or import with --replace.",
-                ) from None
+                raise errors.already_exists(task.fq) from None
             if kind == "TSFENCED":
                 raise SidecarError(
                     codes.FENCED,
@@ -662,22 +654,17 @@ class RedisStorage:
                     "and import again with --replace.",
                 ) from None
             raise
-        await self._run(
-            "index",
-            lambda: self._redis.sadd(
-                index_key(task.namespace), f"{task.component}/{task.partition}"
-            ),
-        )
+        await self._index(task)
         return int(r[0]), int(r[1])
 
     async def namespaces(self) -> list[str]:
         """Every namespace with an index set (SCAN on every primary)."""
+        head, tail = index_key("*").split("*")  # the index key around the namespace
 
         async def call() -> list[str]:
             found = set()
-            async for key in self._redis.scan_iter(match="ts:idx:{*}", count=1000):
-                k = _text(key)
-                found.add(k[len("ts:idx:{") : -1])
+            async for key in self._redis.scan_iter(match=index_key("*"), count=1000):
+                found.add(_text(key)[len(head) : -len(tail)])
             return sorted(found)
 
         return await self._run("list", call)
