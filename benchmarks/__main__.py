@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from taskstate.client import LocalContext, TaskState, _state
+from taskstate.client import LocalContext, TaskState, _session
 from taskstate.testing import RedisServer, SidecarProcess
 
 
@@ -137,7 +137,7 @@ def _restore_once(
     RSS is sampled only when asked, in a run that is not timed (the sampler thread
     would compete with the restore for the GIL).
     """
-    _state._sessions.clear()  # noqa: SLF001 - a fresh Python worker
+    _session.sessions.clear()  # noqa: SLF001 - a fresh Python worker
     peak = [0]
     stop = threading.Event()
 

@@ -26,7 +26,8 @@ from ._errors import (
     TaskStateError,
     UnauthenticatedError,
 )
-from ._state import OpenInfo, Phase, TaskState
+from ._session import OpenInfo
+from ._state import Phase, TaskState
 
 __all__ = [
     "DEFAULT_SIDECAR",

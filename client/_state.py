@@ -17,9 +17,8 @@ from __future__ import annotations
 import enum
 import os
 import socket
-import threading
 from collections.abc import Iterator, MutableMapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from itertools import chain
 from typing import Any, Literal
 
@@ -32,6 +31,7 @@ from ._codec import CODECS, JsonCodec
 from ._config import TaskStateConfig
 from ._context import current_context, identity
 from ._errors import CodecError, ConfigError, LimitError, TaskStateError
+from ._session import OpenInfo, Session, remember, sessions
 from ._transport import GrpcTransport
 
 _MISSING: Any = object()
@@ -56,59 +56,6 @@ class Phase(enum.Enum):
     OPEN = "open"
     CLOSED = "closed"
     FAILED = "failed"
-
-
-@dataclass(frozen=True, slots=True)
-class OpenInfo:
-    """What entering the block found: for logs, metrics and tests."""
-
-    epoch: int
-    committed_batch: int
-    size: int
-    version: str
-    rolled_back: bool
-    rolled_back_keys: int
-    restored: bool
-    reused_claim: bool
-
-
-@dataclass
-class _Session:
-    """A claim held by this process for one task attempt (module-level cache)."""
-
-    attempt_id: int
-    batch: int | None
-    epoch: int
-    version: str
-    data: dict[str, Any] | None
-    position: bytes | None
-    info: OpenInfo
-    # the sidecar reads CommitRequest.packed_* (an older one would ignore them unread)
-    packed: bool = False
-    active: bool = False
-    pid: int = field(default_factory=os.getpid)
-
-
-_sessions: dict[str, _Session] = {}
-# Spark runs one task per Python worker, but a job (or a test) may run tasks in threads.
-_sessions_lock = threading.Lock()
-
-
-def _remember(task_id: str, session: _Session, limit: int) -> None:
-    """Keep `session` as the most recently used, within `limit` cached tasks.
-
-    The oldest idle sessions of other attempts go first (their cached state would only
-    save a Restore). Sessions of the current attempt are never forgotten: forgetting one
-    would make its next block Open again and roll back the attempt's own earlier commits.
-    """
-    with _sessions_lock:
-        _sessions.pop(task_id, None)
-        _sessions[task_id] = session
-        excess = len(_sessions) - max(limit, 1)
-        for key in [
-            k for k, s in _sessions.items() if not s.active and s.attempt_id != session.attempt_id
-        ][: max(excess, 0)]:
-            del _sessions[key]
 
 
 def _is_mutable(value: Any) -> bool:
@@ -178,7 +125,7 @@ class TaskState(MutableMapping[str, Any]):
             security=c.security,
         )
         self.phase = Phase.CREATED
-        self._session: _Session | None = None
+        self._session: Session | None = None
         self._data: dict[str, Any] = {}
         self._absent: set[str] = set()  # remote mode: keys known not to exist
         # key -> encoding at write; None: deleted; _REENCODE: a dict/list, encoded at commit
@@ -224,7 +171,7 @@ class TaskState(MutableMapping[str, Any]):
             pid=os.getpid(),
         )
 
-    def _require_session(self) -> _Session:
+    def _require_session(self) -> Session:
         if self._session is None:
             raise TaskStateError(
                 f"task {self.task_id}: the state is not open; use `with TaskState(...) as s:`",
@@ -232,7 +179,7 @@ class TaskState(MutableMapping[str, Any]):
             )
         return self._session
 
-    def _require_open(self) -> _Session:
+    def _require_open(self) -> Session:
         if self.phase is not Phase.OPEN:
             raise TaskStateError(
                 f"task {self.task_id}: the state is {self.phase.value}; read and write it "
@@ -249,7 +196,7 @@ class TaskState(MutableMapping[str, Any]):
                 f"task {self.task_id}: a TaskState is entered once; create a new one",
                 self.task_id,
             )
-        prior = _sessions.get(self.task_id)
+        prior = sessions.get(self.task_id)
         if prior is not None and prior.pid != os.getpid():
             prior = None
         if prior is not None and prior.active:
@@ -272,13 +219,13 @@ class TaskState(MutableMapping[str, Any]):
         else:
             session = self._open(prior)
         session.active = True
-        _remember(self.task_id, session, self.config.cache_tasks)
+        remember(self.task_id, session, self.config.cache_tasks)
         self._session = session
         self._data = session.data if session.data is not None else {}
         self.phase = Phase.OPEN
         return self
 
-    def _open(self, prior: _Session | None) -> _Session:
+    def _open(self, prior: Session | None) -> Session:
         c = self.config
         req = pb.OpenRequest(
             task=self._pb_task(),
@@ -296,7 +243,7 @@ class TaskState(MutableMapping[str, Any]):
             and prior.data is not None
             and prior.version == r.version
         )
-        session = _Session(
+        session = Session(
             attempt_id=self._ident.attempt_id,
             batch=self._ident.batch,
             epoch=r.epoch,
@@ -322,7 +269,7 @@ class TaskState(MutableMapping[str, Any]):
                 self._restore(session)
         return session
 
-    def _restore(self, session: _Session) -> None:
+    def _restore(self, session: Session) -> None:
         data: dict[str, Any] = {}
         decode = self._codec.decode
         task = self.task_id
@@ -373,7 +320,7 @@ class TaskState(MutableMapping[str, Any]):
             session.active = False
         return False
 
-    def _discard(self, session: _Session) -> None:
+    def _discard(self, session: Session) -> None:
         """Forget uncommitted changes.
 
         In-place edits may have touched the cached data, so the next block of this

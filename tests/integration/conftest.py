@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from taskstate.client import _state
+from taskstate.client import _session
 from taskstate.testing import RedisServer, SidecarProcess, find_redis_server
 
 pytestmark = pytest.mark.integration
@@ -42,9 +42,9 @@ def sidecar(
 @pytest.fixture(autouse=True)
 def fresh_process_sessions() -> Iterator[None]:
     """Each test starts as a fresh Python worker would: no claims held."""
-    _state._sessions.clear()
+    _session.sessions.clear()
     yield
-    _state._sessions.clear()
+    _session.sessions.clear()
 
 
 def snapshot(r: RedisServer, namespace: str) -> dict[bytes, object]:

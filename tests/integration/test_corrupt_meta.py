@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from taskstate.client import CorruptStateError, LocalContext, TaskState, _state
+from taskstate.client import CorruptStateError, LocalContext, TaskState, _session
 from taskstate.testing import RedisServer, SidecarProcess
 
 from .conftest import snapshot
@@ -52,7 +52,7 @@ def test_open_of_corrupt_task_names_it_and_changes_nothing(
         s.update({"a": 1, "b": 2})
     corrupt(redis_server.client(), namespace)
     before = snapshot(redis_server, namespace)
-    _state._sessions.clear()
+    _session.sessions.clear()
     with pytest.raises(CorruptStateError) as info:
         ts(sidecar, namespace, 1).__enter__()
     msg = str(info.value)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from taskstate.client import FencedError, LocalContext, TaskState, _state
+from taskstate.client import FencedError, LocalContext, TaskState, _session
 from taskstate.testing import RedisServer, SidecarProcess
 
 pytestmark = pytest.mark.integration
@@ -59,17 +59,17 @@ def test_metrics_move_with_commits_restores_rollbacks_and_fencing(
         with ts(side, namespace, b) as s:
             for i in range(100):
                 s[f"k{i}"] = b
-    _state._sessions.clear()  # a new worker replays batch 2: rollback, then restore
+    _session.sessions.clear()  # a new worker replays batch 2: rollback, then restore
     with ts(side, namespace, 2) as s:
         assert s.info.rolled_back and s.info.restored and s["k0"] == 1
         s["k0"] = 2
     a = ts(side, namespace, 3)  # a zombie attempt
     a.__enter__()
     a["z"] = 1
-    zombie = _state._sessions.pop(a.task_id)
+    zombie = _session.sessions.pop(a.task_id)
     with ts(side, namespace, 3) as b:
         b["k1"] = 3
-    _state._sessions[a.task_id] = zombie
+    _session.sessions[a.task_id] = zombie
     with pytest.raises(FencedError):
         a.__exit__(None, None, None)
 
@@ -138,7 +138,7 @@ def test_log_records_of_a_request_carry_task_batch_and_epoch(
     side, _ = observed
     with ts(side, namespace, 4) as s:
         s["a"] = 1
-    _state._sessions.clear()
+    _session.sessions.clear()
     with ts(side, namespace, 4) as s:  # a replay: logged at info with its task fields
         s["a"] = 2
     side.kill()

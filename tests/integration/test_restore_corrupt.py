@@ -22,9 +22,9 @@ def test_foreign_bytes_in_the_state_name_the_key(
         s.update({f"k{i}": i for i in range(50)})
     key = "ts:{" + f"{namespace}/c/0" + "}:data"
     redis_server.client().hset(key, "intruder", raw)
-    from taskstate.client import _state
+    from taskstate.client import _session
 
-    _state._sessions.clear()
+    _session.sessions.clear()
     with pytest.raises(CodecError, match=says) as info:
         TaskState(LocalContext(0), component="c", namespace=namespace,
                   sidecar=sidecar.target).__enter__()  # fmt: skip
