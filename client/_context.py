@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import os
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from taskstate.proto import ids
 
 from ._errors import ConfigError
 
@@ -12,8 +17,14 @@ BATCH_ID_PROPERTY = "streaming.sql.batchId"
 BATCH_ID_OVERRIDE = "taskstate.batchId"  # set by spark_plugin.with_batch_id (foreachBatch)
 NAMESPACE_PROPERTY = "taskstate.namespace"
 SIDECAR_PROPERTY = "taskstate.sidecar"
+# The application a task attempt belongs to, first found wins (see attempt_scope):
+APP_ID_PROPERTY = "spark.app.id"  # Spark sets it on SQL-planned tasks (pandas UDFs, ...)
+APP_OVERRIDE = "taskstate.app"  # set by spark_plugin.configure: covers RDD tasks too
+QUERY_ID_PROPERTY = "sql.streaming.queryId"
+JOB_GROUP_PROPERTY = "spark.jobGroup.id"  # a streaming query's run id (new on each start)
 
 _local_attempts = itertools.count(-1, -1)  # negative: never collides with Spark's ids
+_PROCESS_SCOPE = f"process-{uuid.uuid4().hex[:16]}"
 
 
 class ContextLike(Protocol):
@@ -30,21 +41,27 @@ class LocalContext:
     """A stand-in for `pyspark.TaskContext` outside Spark (tests, scripts, notebooks).
 
     Each LocalContext is one task attempt: `with TaskState(ctx, ...)` blocks that share
-    one LocalContext share one claim, like the group-scoped blocks of one Spark task;
-    a new LocalContext is a new attempt and claims the task again.
+    one LocalContext share one claim, like the group-scoped blocks of one Spark task,
+    also when the context is pickled to another process (as Spark serves one attempt
+    with several Python workers); a new LocalContext is a new attempt and claims the
+    task again.
 
     Args:
         partition_id: the task's partition (its stable index).
         batch_id: the micro-batch id, or None for a batch (non-streaming) job.
         attempt: the attempt number, recorded for operators.
         properties: extra Spark local properties (e.g. `taskstate.namespace`).
+        app_id: the application the attempt belongs to (`spark.app.id`); unique per
+            LocalContext by default.
+        task_attempt_id: Spark's task attempt id (unique within the application).
     """
 
     partition_id: int
     batch_id: int | None = None
     attempt: int = 0
     properties: dict[str, str] = field(default_factory=dict)
-    _attempt_id: int = field(default_factory=lambda: next(_local_attempts), repr=False)
+    app_id: str = field(default_factory=lambda: f"local-{uuid.uuid4().hex[:16]}")
+    task_attempt_id: int = field(default_factory=lambda: next(_local_attempts))
 
     def partitionId(self) -> int:  # noqa: N802 - TaskContext's name
         """The partition id."""
@@ -55,8 +72,8 @@ class LocalContext:
         return self.attempt
 
     def taskAttemptId(self) -> int:  # noqa: N802
-        """A process-unique id of this attempt."""
-        return self._attempt_id
+        """The id of this attempt, unique within `app_id`."""
+        return self.task_attempt_id
 
     def getLocalProperty(self, key: str) -> str | None:  # noqa: N802
         """Spark local properties; the batch id under `streaming.sql.batchId`."""
@@ -64,6 +81,8 @@ class LocalContext:
             return self.properties.get(key)
         if key == BATCH_ID_PROPERTY:
             return None if self.batch_id is None else str(self.batch_id)
+        if key == APP_ID_PROPERTY:
+            return self.properties.get(key, self.app_id)
         return self.properties.get(key)
 
 
@@ -74,7 +93,7 @@ class TaskIdentity:
     partition: int
     batch: int | None
     attempt: int
-    attempt_id: int
+    attempt_id: str  # SCOPE:N, the same in every process serving the attempt
 
     def property(self, ctx: Any, key: str) -> str | None:
         """A local property of the context."""
@@ -107,7 +126,7 @@ def identity(ctx: Any) -> TaskIdentity:
     try:
         partition = int(ctx.partitionId())
         attempt = int(ctx.attemptNumber())
-        attempt_id = int(ctx.taskAttemptId())
+        attempt_id = f"{attempt_scope(ctx)}:{int(ctx.taskAttemptId())}"
         raw_batch = ctx.getLocalProperty(BATCH_ID_OVERRIDE) or ctx.getLocalProperty(
             BATCH_ID_PROPERTY
         )
@@ -125,3 +144,41 @@ def identity(ctx: Any) -> TaskIdentity:
                 f"local property {BATCH_ID_PROPERTY}={raw_batch!r} is not an integer"
             ) from exc
     return TaskIdentity(partition, batch, attempt, attempt_id)
+
+
+def attempt_scope(ctx: Any) -> str:
+    """What makes Spark's task attempt ids unique: the application (or run) they belong to.
+
+    A task attempt id restarts at 0 in every new application (a restarted driver), so the
+    claim is named by SCOPE:taskAttemptId. Every Python process serving one attempt sees
+    the same local properties and executor environment, so all of them find the same
+    scope. First found:
+
+    1. `spark.app.id`: Spark (4.x) sets it on SQL-planned tasks: mapInPandas,
+       applyInPandasWithState, transformWithState(InPandas), pandas UDFs;
+    2. `taskstate.app`: set by `taskstate.spark_plugin.configure` (the application id),
+       which covers RDD tasks (`df.rdd.mapPartitions`, `foreachPartition`) of its jobs;
+    3. a streaming query's run id (`spark.jobGroup.id` beside `sql.streaming.queryId`):
+       new on each start of the query;
+    4. the executor's `SPARK_LOCAL_DIRS`, which Spark gives every Python worker: a
+       directory private to this executor of this application;
+    5. outside all of these, this process (the attempt's blocks then share a claim only
+       within one process).
+    """
+
+    def prop(key: str) -> str | None:
+        value = ctx.getLocalProperty(key)
+        return str(value) if value else None
+
+    found = prop(APP_ID_PROPERTY) or prop(APP_OVERRIDE)
+    if found is None and prop(QUERY_ID_PROPERTY):
+        found = prop(JOB_GROUP_PROPERTY)
+    if found is None and os.environ.get("SPARK_LOCAL_DIRS"):
+        found = "dirs-" + _digest(os.environ["SPARK_LOCAL_DIRS"])
+    if found is None:
+        return _PROCESS_SCOPE
+    return found if ids.name_problem("scope", found) is None else "h-" + _digest(found)
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:24]

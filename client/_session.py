@@ -31,7 +31,7 @@ class OpenInfo:
 class Session:
     """A claim held by this process for one task attempt (module-level cache)."""
 
-    attempt_id: int
+    attempt_id: str  # SCOPE:N (client/_context.py): the same in every serving process
     batch: int | None
     epoch: int
     version: str

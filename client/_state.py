@@ -6,10 +6,13 @@ Life cycle (one object, one `with` block)::
                             --exit exc--> FAILED      (changes discarded, exception re-raised)
                             --commit()--> OPEN        (a checkpoint; the block goes on)
 
-Claims are per task attempt: the first block of an attempt Opens the task (new fencing
-epoch, rollback of a replayed batch); later blocks of the same attempt in the same
-process (one per group in applyInPandasWithState) reuse that claim, each committing its
-own changes. A process that already holds the committed version skips Restore.
+Claims are per task attempt, not per process: the first block of an attempt Opens the
+task (new fencing epoch, rollback of a replayed batch); later blocks of the same attempt
+in the same process (one per group in applyInPandasWithState) reuse that claim without a
+round trip, each committing its own changes; a block of the same attempt in another
+Python process (Spark runs applyInPandasWithState's timed-out groups in a second worker)
+Opens again and the sidecar hands it the same claim: same epoch, nothing rolled back. A
+process that already holds the committed version skips Restore.
 """
 
 from __future__ import annotations
@@ -233,6 +236,7 @@ class TaskState(MutableMapping[str, Any]):
             codec=c.codec,
             durability=_DURABILITY[(c.durability.replicas > 0, c.durability.fsynced)],
             replicas=c.durability.replicas,
+            attempt_id=self._ident.attempt_id,
         )
         if self._ident.batch is not None:
             req.batch = self._ident.batch
@@ -258,7 +262,7 @@ class TaskState(MutableMapping[str, Any]):
                 r.rolled_back,
                 r.rolled_back_keys,
                 restored=False,
-                reused_claim=False,
+                reused_claim=r.reused_claim,
             ),
             packed=r.packed_commits,
         )
@@ -403,7 +407,11 @@ class TaskState(MutableMapping[str, Any]):
                     req.position = pos
                     req.has_position = True
                 r = self._transport.commit(req, self.task_id)
-                session.version = r.version
+                # Another process serving this attempt may have committed since this one
+                # last knew the version: then the cached data lacks its changes, and must
+                # not pass for the new version (the next Open restores instead).
+                stale = r.base_version and r.base_version != session.version
+                session.version = "" if stale or not session.version else r.version
         except BaseException:
             session.data = None  # what Redis holds is no longer known here: restore next time
             raise

@@ -1,8 +1,10 @@
-"""The task-id grammar: `namespace / component / partition`.
+"""The task-id grammar: `namespace / component / partition`, and task attempt ids.
 
 namespace and component match `[A-Za-z0-9][A-Za-z0-9._-]{0,127}`; partition is a
-non-negative 32-bit integer. Validation happens on both sides of the wire, so that no
-value a user passes can make the sidecar touch keys other than its own task's.
+non-negative 32-bit integer. A task attempt id is `SCOPE:N`: SCOPE names the Spark
+application (or run) and matches the name pattern, N is Spark's task attempt id.
+Validation happens on both sides of the wire, so that no value a user passes can make
+the sidecar touch keys other than its own task's.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import re
 
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 _NAME_RE = re.compile(NAME_PATTERN)
+_ATTEMPT_RE = re.compile(NAME_PATTERN + r":-?[0-9]{1,20}")
 MAX_PARTITION = 2**31 - 1
 
 
@@ -42,3 +45,16 @@ def partition_problem(value: object) -> str | None:
 def fq_task_id(namespace: str, component: str, partition: int) -> str:
     """The task's fully qualified id, `namespace/component/partition`."""
     return f"{namespace}/{component}/{partition}"
+
+
+def attempt_problem(value: str) -> str | None:
+    """Return why `value` is not a task attempt id (`SCOPE:N`), or None when it is one.
+
+    The empty string is valid: an older client names no attempt.
+    """
+    if value and _ATTEMPT_RE.fullmatch(value) is None:
+        return (
+            f"attempt id {value[:60]!r} is not SCOPE:N (SCOPE: letters, digits, '.', '_', '-', "
+            "at most 128; N: the task attempt id)"
+        )
+    return None

@@ -43,23 +43,25 @@ class Writer(_message.Message):
     def __init__(self, host: _Optional[str] = ..., executor: _Optional[str] = ..., attempt: _Optional[int] = ..., pid: _Optional[int] = ...) -> None: ...
 
 class OpenRequest(_message.Message):
-    __slots__ = ("task", "batch", "writer", "codec", "durability", "replicas")
+    __slots__ = ("task", "batch", "writer", "codec", "durability", "replicas", "attempt_id")
     TASK_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     WRITER_FIELD_NUMBER: _ClassVar[int]
     CODEC_FIELD_NUMBER: _ClassVar[int]
     DURABILITY_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     task: TaskId
     batch: int
     writer: Writer
     codec: str
     durability: Durability
     replicas: int
-    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., batch: _Optional[int] = ..., writer: _Optional[_Union[Writer, _Mapping]] = ..., codec: _Optional[str] = ..., durability: _Optional[_Union[Durability, str]] = ..., replicas: _Optional[int] = ...) -> None: ...
+    attempt_id: str
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., batch: _Optional[int] = ..., writer: _Optional[_Union[Writer, _Mapping]] = ..., codec: _Optional[str] = ..., durability: _Optional[_Union[Durability, str]] = ..., replicas: _Optional[int] = ..., attempt_id: _Optional[str] = ...) -> None: ...
 
 class OpenResponse(_message.Message):
-    __slots__ = ("epoch", "committed_batch", "position", "has_position", "size", "version", "rolled_back", "rolled_back_keys", "packed_commits")
+    __slots__ = ("epoch", "committed_batch", "position", "has_position", "size", "version", "rolled_back", "rolled_back_keys", "packed_commits", "reused_claim")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_BATCH_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +71,7 @@ class OpenResponse(_message.Message):
     ROLLED_BACK_FIELD_NUMBER: _ClassVar[int]
     ROLLED_BACK_KEYS_FIELD_NUMBER: _ClassVar[int]
     PACKED_COMMITS_FIELD_NUMBER: _ClassVar[int]
+    REUSED_CLAIM_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     committed_batch: int
     position: bytes
@@ -78,7 +81,8 @@ class OpenResponse(_message.Message):
     rolled_back: bool
     rolled_back_keys: int
     packed_commits: bool
-    def __init__(self, epoch: _Optional[int] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., rolled_back: _Optional[bool] = ..., rolled_back_keys: _Optional[int] = ..., packed_commits: _Optional[bool] = ...) -> None: ...
+    reused_claim: bool
+    def __init__(self, epoch: _Optional[int] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., rolled_back: _Optional[bool] = ..., rolled_back_keys: _Optional[int] = ..., packed_commits: _Optional[bool] = ..., reused_claim: _Optional[bool] = ...) -> None: ...
 
 class RestoreRequest(_message.Message):
     __slots__ = ("task", "epoch", "max_fields", "packed")
@@ -141,14 +145,16 @@ class CommitRequest(_message.Message):
     def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., batch: _Optional[int] = ..., upserts: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., deletes: _Optional[_Iterable[str]] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., durability: _Optional[_Union[Durability, str]] = ..., replicas: _Optional[int] = ..., writer: _Optional[_Union[Writer, _Mapping]] = ..., packed_upserts: _Optional[bytes] = ..., packed_deletes: _Optional[bytes] = ...) -> None: ...
 
 class CommitResponse(_message.Message):
-    __slots__ = ("version", "size", "replicas_acked")
+    __slots__ = ("version", "size", "replicas_acked", "base_version")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_ACKED_FIELD_NUMBER: _ClassVar[int]
+    BASE_VERSION_FIELD_NUMBER: _ClassVar[int]
     version: str
     size: int
     replicas_acked: int
-    def __init__(self, version: _Optional[str] = ..., size: _Optional[int] = ..., replicas_acked: _Optional[int] = ...) -> None: ...
+    base_version: str
+    def __init__(self, version: _Optional[str] = ..., size: _Optional[int] = ..., replicas_acked: _Optional[int] = ..., base_version: _Optional[str] = ...) -> None: ...
 
 class GetRequest(_message.Message):
     __slots__ = ("task", "epoch", "keys")

@@ -96,7 +96,8 @@ class TaskStateServiceServicer:
 
     def Open(self, request, context):
         """Claim the task for this attempt (bumps the fencing epoch); roll back a replayed
-        batch; refuse a state that is ahead of the batch.
+        batch; refuse a state that is ahead of the batch. The same attempt opening again
+        (from another process) reuses its claim; a superseded attempt is fenced.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

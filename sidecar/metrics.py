@@ -54,12 +54,20 @@ COMMIT_KEYS = Counter(
 )
 FENCED = Counter(
     "taskstate_fenced_commits",
-    "Commits refused because a newer attempt of the task holds the claim (zombie writers).",
+    "Commits (and Opens of displaced attempts) refused because a newer attempt of the task "
+    "holds the claim (zombie writers).",
     registry=REGISTRY,
 )
 ROLLBACKS = Counter(
     "taskstate_replay_rollbacks",
-    "Opens that rolled back a replayed batch before the retry counted it again.",
+    "Opens by a new attempt of a batch that rolled the batch back before the retry counted "
+    "it again (real replays only: a task attempt's own second worker shares its claim).",
+    registry=REGISTRY,
+)
+CLAIMS_REUSED = Counter(
+    "taskstate_claims_reused",
+    "Opens by a task attempt that already held the claim: another Python worker serving "
+    "the same attempt (applyInPandasWithState's timed-out groups). Same epoch, no rollback.",
     registry=REGISTRY,
 )
 ROLLED_BACK_KEYS = Counter(

@@ -407,9 +407,19 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
             codec = request.codec or "json"
             if ids.name_problem("codec", codec):
                 raise _bad(f"task {task.fq}: invalid codec name {codec[:40]!r}")
+            problem = ids.attempt_problem(request.attempt_id)
+            if problem:
+                raise _bad(f"task {task.fq}: {problem}")
             r = await self.storage.open(
-                task, batch, codec=codec, writer=_writer(request.writer), durability=durability
+                task,
+                batch,
+                codec=codec,
+                writer=_writer(request.writer),
+                durability=durability,
+                attempt=request.attempt_id,
             )
+            if r.reused_claim:
+                metrics.CLAIMS_REUSED.inc()
             if r.rolled_back:
                 metrics.ROLLBACKS.inc()
                 metrics.ROLLED_BACK_KEYS.inc(r.rolled_back_keys)
@@ -421,6 +431,8 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                     "task": task.fq,
                     "batch": batch,
                     "epoch": r.epoch,
+                    "attempt": request.attempt_id,
+                    "reused_claim": r.reused_claim,
                     "rolled_back": r.rolled_back,
                     "rolled_back_keys": r.rolled_back_keys,
                 },
@@ -435,6 +447,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                 rolled_back=r.rolled_back,
                 rolled_back_keys=r.rolled_back_keys,
                 packed_commits=True,
+                reused_claim=r.reused_claim,
             )
 
         return await self._guard(context, "Open", run, request)
@@ -505,7 +518,10 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                 else sum(len(k) + len(v) for k, v in upserts) + sum(map(len, deletes))
             )
             return pb.CommitResponse(
-                version=r.version, size=r.size, replicas_acked=r.replicas_acked
+                version=r.version,
+                size=r.size,
+                replicas_acked=r.replicas_acked,
+                base_version=r.base_version,
             )
 
         return await self._guard(context, "Commit", run, request)

@@ -13,7 +13,12 @@ from typing import Any, TypeVar
 
 from taskstate.client import ConfigError, TaskState
 from taskstate.client._config import grpc_target
-from taskstate.client._context import BATCH_ID_OVERRIDE, NAMESPACE_PROPERTY, SIDECAR_PROPERTY
+from taskstate.client._context import (
+    APP_OVERRIDE,
+    BATCH_ID_OVERRIDE,
+    NAMESPACE_PROPERTY,
+    SIDECAR_PROPERTY,
+)
 from taskstate.proto import ids
 
 T = TypeVar("T")
@@ -25,7 +30,8 @@ def configure(spark: Any, *, namespace: str, sidecar: str | None = None) -> None
     Sets Spark local properties, which tasks read through their TaskContext. Local
     properties belong to the calling thread and are inherited by the threads it starts,
     so call this before `writeStream.start()` (or before the batch actions), in the same
-    thread.
+    thread. Also records the application id (`taskstate.app`), so that every task, RDD
+    tasks included, names its attempt uniquely across driver restarts.
 
     Refuses speculative execution (`spark.speculation=true`): a speculative copy of a
     stateful task that opens the task and is then killed would leave the batch rolled
@@ -45,6 +51,7 @@ def configure(spark: Any, *, namespace: str, sidecar: str | None = None) -> None
         )
     sc = spark.sparkContext
     sc.setLocalProperty(NAMESPACE_PROPERTY, namespace)
+    sc.setLocalProperty(APP_OVERRIDE, sc.applicationId)
     if sidecar is not None:
         sc.setLocalProperty(SIDECAR_PROPERTY, sidecar)
 

@@ -2,8 +2,11 @@
 
 Every backend implements the commit protocol of DESIGN.md exactly:
 
-- `open` claims the task (fencing epoch + 1), rolls back a replayed batch (the state's
-  last written batch equals the opening batch) and refuses a state that is ahead.
+- `open` claims the task for a task attempt (fencing epoch + 1), rolls back a replayed
+  batch (the state's last written batch equals the opening batch) and refuses a state
+  that is ahead. The claim belongs to the attempt, not to a process: the attempt that
+  holds it opening again at the same batch (a second Python worker serving it) shares
+  it (same epoch, nothing rolled back); an attempt displaced by another is fenced.
 - `commit` applies one change set atomically when the epoch is current; the first commit
   of a new batch starts a new rollback record; upserts are absolute so a retry is
   idempotent.
@@ -61,6 +64,7 @@ class OpenResult:
     version: str
     rolled_back: bool
     rolled_back_keys: int
+    reused_claim: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +74,7 @@ class CommitResult:
     version: str
     size: int
     replicas_acked: int = 0
+    base_version: str = ""  # the version the change set was applied on
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +136,12 @@ class Storage(Protocol):
         codec: str,
         writer: str,
         durability: Durability,
+        attempt: str = "",
     ) -> OpenResult:
-        """Claim `task` for a new attempt (see module docstring)."""
+        """Claim `task` for task attempt `attempt` (see module docstring).
+
+        `attempt` is the attempt's identity; empty (an older client): always a new claim.
+        """
         ...
 
     def restore(

@@ -12,7 +12,8 @@
 --            before the batch ('' when it did not exist); later commits of the same batch
 --            (group-scoped commits, retries) add only keys not yet recorded, so a retried
 --            commit is idempotent.
--- Returns {version, size}. Errors: TSFENCED <epoch>, TSAHEAD <last>, TSCORRUPT <what>.
+-- Returns {version, size, base version (the version this change set was applied on)}.
+-- Errors: TSFENCED <epoch>, TSAHEAD <last>, TSCORRUPT <what>.
 -- An error writes nothing.
 local meta, data, undo = KEYS[1], KEYS[2], KEYS[3]
 -- a data or rollback key of another type would fail a write half-way: refuse first
@@ -116,7 +117,9 @@ end
 if ARGV[3] ~= '' then
   redis.call('HSET', meta, 'pos', string.sub(ARGV[3], 2))
 end
-local ver = tonumber(m[5] or '0') + 1
+local base = tonumber(m[5] or '0')
+local ver = base + 1
 redis.call('HSET', meta, 'ver', string.format('%d', ver), 'updated_at', ARGV[4],
   'last_writer', ARGV[5])
-return {m[6] .. ':' .. string.format('%d', ver), redis.call('HLEN', data)}
+return {m[6] .. ':' .. string.format('%d', ver), redis.call('HLEN', data),
+  m[6] .. ':' .. string.format('%d', base)}

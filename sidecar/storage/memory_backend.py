@@ -25,6 +25,7 @@ from .base import (
 )
 
 _ABSENT = None
+_SUPERSEDED_MAX = 32  # as open.lua
 
 
 def _chunks(items: list[tuple[str, bytes]], n: int) -> list[list[tuple[str, bytes]]]:
@@ -51,6 +52,9 @@ class _Task:
     updated_at: float = 0.0
     last_writer: str = ""
     rollbacks: int = 0
+    claim: str | None = None  # the attempt that owns the epoch (None: unnamed)
+    claim_batch: int | None = None
+    superseded: list[str] = field(default_factory=list)  # the last _SUPERSEDED_MAX
 
     @property
     def version(self) -> str:
@@ -85,6 +89,7 @@ class MemoryStorage:
         codec: str,
         writer: str,
         durability: Durability,
+        attempt: str = "",
     ) -> OpenResult:
         """Claim the task; see base.Storage.open."""
         self._fault("open")
@@ -93,11 +98,21 @@ class MemoryStorage:
             raise errors.codec_mismatch(task.fq, t.codec, codec)
         if t is not None and batch is not None and t.batch > batch:
             raise errors.state_ahead(task.fq, t.batch, batch)
+        if t is not None and attempt:
+            if t.claim == attempt and t.claim_batch == batch:
+                return OpenResult(
+                    t.epoch, t.batch, t.position, len(t.data), t.version, False, 0, True
+                )
+            if attempt in t.superseded:
+                raise errors.fenced(task.fq, t.epoch)
         replay = t is not None and batch is not None and t.batch == batch and batch >= 0
         if replay and t is not None and t.undo_batch != batch:
             raise errors.cannot_roll_back(task.fq, batch)
         if t is None:
             t = self.tasks[task] = _Task()
+        if t.claim is not None and t.claim != attempt:
+            t.superseded = [*t.superseded, t.claim][-_SUPERSEDED_MAX:]
+        t.claim, t.claim_batch = (attempt, batch) if attempt else (None, None)
         t.epoch += 1
         t.codec = codec
         t.last_writer = writer
@@ -177,10 +192,11 @@ class MemoryStorage:
             t.data.pop(k, None)
         if position is not None:
             t.position = position
+        base = t.version
         t.ver += 1
         t.updated_at = time.time()
         t.last_writer = writer
-        return CommitResult(version=t.version, size=len(t.data))
+        return CommitResult(version=t.version, size=len(t.data), base_version=base)
 
     async def version(self, task: TaskKey) -> str:
         """The version token of the task's committed content."""

@@ -1,10 +1,19 @@
--- Open(task, batch): claim the task for a new attempt.
+-- Open(task, batch, attempt): claim the task for a task attempt.
 -- KEYS: 1 meta, 2 data, 3 undo (all in the task's hash-tag slot)
 -- ARGV: 1 batch ('' for batch jobs), 2 generation id for a new task, 3 now,
---       4 writer, 5 codec
+--       4 writer, 5 codec, 6 attempt id ('' from an older client: always a new claim)
+-- The claim belongs to the task attempt, not to a process: meta 'claim' and
+-- 'claim_batch' name the attempt that owns the current epoch. The same attempt opening
+-- at the same batch again (Spark served it with a second Python worker) reuses the
+-- claim: same epoch, nothing rolled back. Another attempt claims as before (epoch + 1,
+-- rollback of a replayed batch), and the attempt it displaced is added to 'superseded'
+-- (the last SUPERSEDED_MAX, space-separated): that zombie's later Open is fenced instead
+-- of rolling back the attempt that replaced it.
 -- Returns {epoch, committed_batch, position|false, has_position, size, version,
---          rolled_back, rolled_back_keys}
--- Errors: TSAHEAD <last>, TSCORRUPT <what>, TSCODEC <stored codec>. An error writes nothing.
+--          rolled_back, rolled_back_keys, reused_claim}
+-- Errors: TSAHEAD <last>, TSCORRUPT <what>, TSCODEC <stored codec>, TSFENCED <epoch>.
+-- An error writes nothing.
+local SUPERSEDED_MAX = 32
 local meta, data, undo = KEYS[1], KEYS[2], KEYS[3]
 -- a data or rollback key of another type would fail a write half-way: refuse first
 for _, k in ipairs({data, undo}) do
@@ -14,7 +23,8 @@ for _, k in ipairs({data, undo}) do
   end
 end
 local m = redis.call('HMGET', meta, 'layout', 'epoch', 'batch', 'gen', 'ver', 'codec',
-  'undo_batch', 'prev_batch', 'prev_pos', 'pos', 'undo_mode', 'undo_n')
+  'undo_batch', 'prev_batch', 'prev_pos', 'pos', 'undo_mode', 'undo_n', 'claim',
+  'claim_batch', 'superseded')
 if m[1] and m[1] ~= '1' then
   return redis.error_reply('TSCORRUPT layout version ' .. tostring(m[1]) .. ' is not 1')
 end
@@ -32,8 +42,26 @@ local batch = tonumber(ARGV[1])
 if has_batch and last > batch then
   return redis.error_reply('TSAHEAD ' .. string.format('%d', last))
 end
-epoch = epoch + 1
+local attempt = ARGV[6]
 local gen = m[4] or ARGV[2]
+if attempt ~= '' and m[13] == attempt and m[14] == ARGV[1] then
+  -- the attempt that holds the claim, from another process: share it
+  local pos, has_pos = m[10], 1
+  if not pos then pos, has_pos = false, 0 end
+  return {epoch, last, pos, has_pos, redis.call('HLEN', data),
+    gen .. ':' .. string.format('%d', ver), 0, 0, 1}
+end
+local superseded = m[15] or ''
+if attempt ~= '' and string.find(' ' .. superseded .. ' ', ' ' .. attempt .. ' ', 1, true) then
+  return redis.error_reply('TSFENCED ' .. string.format('%d', epoch))
+end
+if m[13] and m[13] ~= attempt then
+  local kept = {}
+  for a in string.gmatch(superseded, '%S+') do kept[#kept + 1] = a end
+  kept[#kept + 1] = m[13]
+  superseded = table.concat(kept, ' ', math.max(1, #kept - SUPERSEDED_MAX + 1))
+end
+epoch = epoch + 1
 local pos = m[10]
 local rolled, nrolled = 0, 0
 if has_batch and last == batch and last >= 0 then
@@ -83,10 +111,16 @@ end
 redis.call('HSET', meta, 'layout', '1', 'epoch', string.format('%d', epoch), 'gen', gen,
   'ver', string.format('%d', ver), 'codec', ARGV[5], 'opened_at', ARGV[3],
   'last_writer', ARGV[4])
+if attempt ~= '' then
+  redis.call('HSET', meta, 'claim', attempt, 'claim_batch', ARGV[1])
+else
+  redis.call('HDEL', meta, 'claim', 'claim_batch')  -- an unnamed claim: nobody shares it
+end
+if superseded ~= '' then redis.call('HSET', meta, 'superseded', superseded) end
 if not m[3] then
   redis.call('HSET', meta, 'batch', '-1')
 end
 local has_pos = 0
 if pos then has_pos = 1 else pos = false end
 return {epoch, last, pos, has_pos, redis.call('HLEN', data),
-  gen .. ':' .. string.format('%d', ver), rolled, nrolled}
+  gen .. ':' .. string.format('%d', ver), rolled, nrolled, 0}

@@ -5,7 +5,8 @@ task lives in one Redis Cluster slot and one script can touch all its keys):
 
 - `ts:{ns/comp/p}:data`  hash, field = user key, value = encoded value
 - `ts:{ns/comp/p}:meta`  hash: layout, codec, batch, epoch, pos, gen, ver, undo_batch,
-  prev_batch, prev_pos, updated_at, opened_at, last_writer, rollbacks
+  prev_batch, prev_pos, updated_at, opened_at, last_writer, rollbacks, and the claim:
+  claim (the attempt that owns the epoch), claim_batch, superseded (displaced attempts)
 - `ts:{ns/comp/p}:undo`  hash: the rollback record of the last written batch
 - `ts:idx:{ns}`          set of `component/partition`: only an index, for listing
 """
@@ -319,6 +320,7 @@ class RedisStorage:
         codec: str,
         writer: str,
         durability: Durability,
+        attempt: str = "",
     ) -> OpenResult:
         """Claim the task; see base.Storage.open."""
         if durability.fsynced:
@@ -330,6 +332,7 @@ class RedisStorage:
             f"{time.time():.3f}",
             writer,
             codec,
+            attempt,
         ]
 
         async def call() -> Any:
@@ -348,6 +351,7 @@ class RedisStorage:
             version=_text(r[5]),
             rolled_back=bool(int(r[6])),
             rolled_back_keys=int(r[7]),
+            reused_claim=bool(int(r[8])),
         )
 
     async def restore(
@@ -472,7 +476,9 @@ class RedisStorage:
                     raise self._short(
                         task, durability, f"fsynced locally: {local}, replicas fsynced: {acked}"
                     )
-        return CommitResult(version=_text(r[0]), size=int(r[1]), replicas_acked=acked)
+        return CommitResult(
+            version=_text(r[0]), size=int(r[1]), replicas_acked=acked, base_version=_text(r[2])
+        )
 
     def _short(self, task: TaskKey, durability: Durability, got: str) -> SidecarError:
         return SidecarError(

@@ -62,7 +62,7 @@ def snapshot(r: RedisServer, namespace: str) -> dict[bytes, object]:
     return out
 
 
-CLAIM_FIELDS = {b"epoch", b"opened_at", b"last_writer"}
+CLAIM_FIELDS = {b"epoch", b"opened_at", b"last_writer", b"claim", b"claim_batch", b"superseded"}
 
 
 def committed_snapshot(r: RedisServer, namespace: str) -> dict[bytes, object]:

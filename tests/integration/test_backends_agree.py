@@ -1,6 +1,7 @@
-"""The Lua scripts against the in-memory model: random protocol histories (opens,
-replays, stale epochs, group commits, deletes, batch jobs) must give the same answers
-and the same state on a real Redis and in MemoryStorage."""
+"""The Lua scripts against the in-memory model: random protocol histories (opens by new,
+returning and displaced task attempts, replays, stale epochs, group commits, deletes,
+batch jobs) must give the same answers and the same state on a real Redis and in
+MemoryStorage."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from taskstate.testing import RedisServer
 
 pytestmark = pytest.mark.integration
 KEYS = [f"k{i}" for i in range(8)]
+ATTEMPTS = ["app:1", "app:2", "app:3", "other-app:1", ""]  # "": an older client
 
 
 async def _restore(store: Any, task: TaskKey, epoch: int) -> dict[str, bytes] | str:
@@ -34,9 +36,12 @@ async def _restore(store: Any, task: TaskKey, epoch: int) -> dict[str, bytes] | 
 async def _step(store: Any, task: TaskKey, op: tuple[Any, ...]) -> Any:
     try:
         if op[0] == "open":
-            r = await store.open(task, op[1], codec="json", writer="w", durability=Durability())
+            r = await store.open(
+                task, op[1], codec="json", writer="w", durability=Durability(), attempt=op[2]
+            )
             return (
                 "open",
+                r.reused_claim,
                 r.epoch,
                 r.committed_batch,
                 r.position,
@@ -62,13 +67,24 @@ async def _step(store: Any, task: TaskKey, op: tuple[Any, ...]) -> Any:
 def _history(rng: random.Random) -> list[tuple[Any, ...]]:
     ops: list[tuple[Any, ...]] = []
     batch, epoch, streaming = 0, 0, rng.random() < 0.8
+    claim: tuple[str, int | None] | None = None
+    displaced: set[str] = set()
     for _ in range(rng.randint(5, 40)):
         r = rng.random()
         if r < 0.25 or epoch == 0:
             if streaming:
                 batch = max(0, batch + rng.choice([-2, -1, 0, 0, 1, 1, 1]))
-            epoch += 1
-            ops.append(("open", batch if streaming else None))
+            attempt = rng.choice(ATTEMPTS)
+            b = batch if streaming else None
+            # the generator's guess of the epoch (both stores are checked, not the guess)
+            if attempt and (claim == (attempt, b) or attempt in displaced):
+                pass  # the claim is shared, or the open is fenced
+            else:
+                if claim is not None and claim[0] != attempt:
+                    displaced.add(claim[0])
+                claim = (attempt, b) if attempt else None
+                epoch += 1
+            ops.append(("open", b, attempt))
         elif r < 0.8:
             ups = [
                 (k, str(rng.randint(0, 99)).encode()) for k in rng.sample(KEYS, rng.randint(0, 4))

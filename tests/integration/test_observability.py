@@ -148,3 +148,33 @@ def test_log_records_of_a_request_carry_task_batch_and_epoch(
     assert rollback, mine
     assert rollback[0]["batch"] == 4 and rollback[0]["epoch"] == 2
     assert all(r["level"] in {"debug", "info", "warning", "error"} for r in records)
+
+
+def test_claims_reused_across_processes_are_counted_and_are_not_rollbacks(
+    observed: tuple[SidecarProcess, str], namespace: str
+) -> None:
+    from .attempt_worker import Worker
+
+    side, url = observed
+    w1, w2 = Worker(side.target, namespace), Worker(side.target, namespace)
+    try:
+        before = scrape(url)
+        for batch in range(3):  # each attempt's timed-out groups run in a second worker
+            attempt = LocalContext(0, batch_id=batch)
+            w1.block(attempt, {f"data-{batch}": batch})
+            w2.block(attempt, {f"timed-out-{batch}": batch})
+        middle = scrape(url)
+        w2.block(LocalContext(0, batch_id=2), {})  # a real replay of batch 2
+        after = scrape(url)
+    finally:
+        w1.close()
+        w2.close()
+
+    def moved(a: dict[str, float], b: dict[str, float], name: str) -> float:
+        return b.get(name, 0.0) - a.get(name, 0.0)
+
+    assert moved(before, middle, "taskstate_claims_reused_total") == 3
+    assert moved(before, middle, "taskstate_replay_rollbacks_total") == 0
+    assert moved(middle, after, "taskstate_claims_reused_total") == 0
+    assert moved(middle, after, "taskstate_replay_rollbacks_total") == 1
+    assert moved(middle, after, "taskstate_replay_rollback_keys_total") == 2

@@ -15,6 +15,7 @@ class FakeSparkContext:
     def __init__(self, conf: dict[str, str]) -> None:
         self.conf = conf
         self.props: dict[str, str | None] = {}
+        self.applicationId = "app-20261123-0001"  # noqa: N815 - Spark's name
 
     def getConf(self) -> Any:  # noqa: N802
         return self
@@ -38,7 +39,11 @@ def test_configure_sets_local_properties_tasks_read() -> None:
     spark = FakeSpark()
     configure(spark, namespace="my-job", sidecar="unix:///x.sock")
     props = spark.sparkContext.props
-    assert props == {"taskstate.namespace": "my-job", "taskstate.sidecar": "unix:///x.sock"}
+    assert props == {
+        "taskstate.namespace": "my-job",
+        "taskstate.sidecar": "unix:///x.sock",
+        "taskstate.app": "app-20261123-0001",  # names attempts of RDD tasks too
+    }
     ctx = LocalContext(0, properties={k: v for k, v in props.items() if v})
     st = TaskState(ctx, component="c")
     assert st.config.namespace == "my-job" and st.config.sidecar == "unix:///x.sock"
