@@ -1,6 +1,6 @@
 """The storage interface behind the sidecar and the values it passes around.
 
-Every backend implements the commit protocol of DESIGN.md exactly:
+Every backend implements the commit protocol of docs/architecture.md exactly:
 
 - `open` claims the task for a task attempt (fencing epoch + 1), rolls back a replayed
   batch (the state's last written batch equals the opening batch) and refuses a state
