@@ -184,10 +184,10 @@ def apply_events(
     return rows
 
 
-def _once(opts: JobOptions, name: str) -> bool:
+def once(fault_dir: str, name: str) -> bool:
     """True the first time `name` is asked for in this run (a marker file records it)."""
     try:
-        fd = os.open(Path(opts.fault_dir) / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        fd = os.open(Path(fault_dir) / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
         return False
     os.close(fd)
@@ -211,12 +211,12 @@ def maybe_fault(opts: JobOptions, batch: int, part: int) -> None:
     """Strike the configured fault in partition 0 of the chosen batch (once per run)."""
     if part != 0 or not opts.fault_dir:
         return
-    if batch == opts.kill_worker_at and _once(opts, "worker-killed"):
+    if batch == opts.kill_worker_at and once(opts.fault_dir, "worker-killed"):
         os.kill(os.getpid(), signal.SIGKILL)  # after the commit, before Spark has the output
-    if batch == opts.pause_at and _once(opts, "paused"):
+    if batch == opts.pause_at and once(opts.fault_dir, "paused"):
         (Path(opts.fault_dir) / "executor-pid").write_text(str(_executor_pid() or ""))
         time.sleep(3600)  # the test kills the query or the executor now
-    if batch == opts.hold_at and _once(opts, "held"):
+    if batch == opts.hold_at and once(opts.fault_dir, "held"):
         # the test breaks something outside Spark (e.g. fails Redis over), then releases us
         release = Path(opts.fault_dir) / "release"
         deadline = time.monotonic() + 300

@@ -59,6 +59,13 @@ def spark(spark_ready: None) -> Iterator[Any]:
     s.stop()
 
 
+def configured(spark: Any, prefix: str) -> str:
+    """A new namespace, set with configure() for the queries started next."""
+    ns = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    configure(spark, namespace=ns)
+    return ns
+
+
 def events(spark: Any) -> Any:
     return (
         spark.readStream.format(SOURCE_NAME)
@@ -113,8 +120,7 @@ def counting_step(prefix: str, sidecar: str) -> Any:
 def test_a_chain_of_two_steps_shares_the_attempt_claim(
     spark: Any, redis_server: RedisServer, sidecar: SidecarProcess, tmp_path: Path
 ) -> None:
-    ns = f"chain-{uuid.uuid4().hex[:6]}"
-    configure(spark, namespace=ns)
+    ns = configured(spark, "chain")
     schema1 = "event_id long, key string, value long, pid_a long"
     chained = (
         events(spark)
@@ -140,8 +146,7 @@ def test_a_chain_of_two_steps_shares_the_attempt_claim(
 def test_foreach_batch_with_two_jobs_over_the_state_counts_once(
     spark: Any, redis_server: RedisServer, sidecar: SidecarProcess, tmp_path: Path
 ) -> None:
-    ns = f"fb-{uuid.uuid4().hex[:6]}"
-    configure(spark, namespace=ns)
+    ns = configured(spark, "fb")
     target = sidecar.target
 
     def update(rows: Iterator[Any]) -> Iterator[tuple[str, int]]:
@@ -180,8 +185,7 @@ def test_transform_with_state_timers_through_task_state_processor(
 
     from taskstate.spark_plugin.processor import TaskStateProcessor
 
-    ns = f"tws-{uuid.uuid4().hex[:6]}"
-    configure(spark, namespace=ns)
+    ns = configured(spark, "tws")
     target = sidecar.target
 
     def emitted(key: str, n: int, closed: int) -> Any:

@@ -51,18 +51,10 @@ def event(i: int, per_batch: int, words: int, batches: int) -> tuple[int, str, d
     return i, word, dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
 
 
-def once(fault_dir: str, name: str) -> bool:
-    """True the first time `name` is asked for in this run (a marker file records it)."""
-    try:
-        fd = os.open(Path(fault_dir) / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return False
-    os.close(fd)
-    return True
-
-
 def fault(a: argparse.Namespace, batch: int) -> None:
     """Strike the configured fault (after a timed-out group's commit), once per run."""
+    from taskstate.spark_plugin.jobs import once
+
     if a.fault == "none" or batch < a.fault_batch or not once(a.fault_dir, "struck"):
         return
     if a.fault == "worker":
@@ -150,7 +142,7 @@ def main(argv: list[str]) -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    from taskstate.spark_plugin.jobs import register_range_source
+    from taskstate.spark_plugin.jobs import register_range_source, run_until_committed
 
     spark = (
         SparkSession.builder.master(a.master)
@@ -194,17 +186,7 @@ def main(argv: list[str]) -> int:
     )
     # batches 0..N-1 carry data; batch N is the no-data batch in which the last sessions
     # time out (the last data batch moved the watermark far on)
-    done = Path(a.checkpoint) / "commits" / str(a.batches)
-    try:
-        while not done.exists():
-            if query.exception() is not None:
-                print(f"query failed: {query.exception()}", file=sys.stderr)
-                return 1
-            time.sleep(0.2)
-    finally:
-        query.stop()
-        spark.stop()
-    return 0
+    return run_until_committed(spark, query, a.checkpoint, a.batches + 1)
 
 
 if __name__ == "__main__":
