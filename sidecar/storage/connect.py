@@ -2,11 +2,13 @@
 
 Forms (all through one URL):
 
-- standalone  `redis://[user:password@]host:port/db`, `rediss://…` (TLS), `unix:///path?db=N`
-- Sentinel    `redis+sentinel://[user:password@]host:port[,host:port…]/master-name[/db]`
+- standalone  `redis://[user:password@]host[:port]/db`, `rediss://…` (TLS), `unix:///path?db=N`
+- Sentinel    `redis+sentinel://[user:password@]host[:port][,host[:port]…]/master-name[/db]`
               (`rediss+sentinel://` for TLS to the sentinels and the master)
-- Cluster     `redis+cluster://[user:password@]host:port[,host:port…]`
+- Cluster     `redis+cluster://[user:password@]host[:port][,host[:port]…]`
               (`rediss+cluster://` for TLS)
+
+A port left out is Redis' default: 6379, and 26379 for a sentinel.
 
 The password may also come from a file (`--redis-password-file`) or the environment
 (`TASKSTATE_REDIS_PASSWORD`); either wins over the URL. `redact()` is the only form of a
@@ -44,7 +46,8 @@ _SCHEMES: dict[str, tuple[Kind, bool]] = {
     "redis+cluster": ("cluster", False),
     "rediss+cluster": ("cluster", True),
 }
-_HOSTPORT = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(\d{1,5})$")
+_HOSTPORT = re.compile(r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+)(?::(\d{1,5}))?$")
+_DEFAULT_PORT = {"standalone": 6379, "sentinel": 26379, "cluster": 6379}
 
 
 class RedisUrlError(ValueError):
@@ -193,10 +196,11 @@ def parse(url: str) -> ParsedUrl:
         m = _HOSTPORT.match(hp.strip())
         if not m:
             raise RedisUrlError(
-                f"--redis-url {shown!r}: {hp!r} is not HOST:PORT (every host needs its port)"
+                f"--redis-url {shown!r}: {hp!r} is not HOST[:PORT] (an IPv6 address goes in "
+                "brackets: [::1]:6379)"
             )
         host = m.group(1).strip("[]")
-        port = int(m.group(2))
+        port = int(m.group(2)) if m.group(2) else _DEFAULT_PORT[kind]
         if not 0 < port < 65536:
             raise RedisUrlError(f"--redis-url {shown!r}: port {port} is out of range")
         hosts.append((host, port))

@@ -23,6 +23,11 @@ from taskstate.sidecar.storage.connect import (
     ("url", "kind", "tls", "hosts", "master", "db"),
     [
         ("redis://h:6379/2", "standalone", False, (("h", 6379),), None, 2),
+        ("redis://h/0", "standalone", False, (("h", 6379),), None, 0),  # the default port
+        ("redis://[::1]", "standalone", False, (("::1", 6379),), None, 0),
+        ("redis+sentinel://s1,s2:26380/m", "sentinel", False, (("s1", 26379), ("s2", 26380)),
+         "m", 0),
+        ("redis+cluster://a,b:7001", "cluster", False, (("a", 6379), ("b", 7001)), None, 0),
         ("redis://u:p@h:6379", "standalone", False, (("h", 6379),), None, 0),
         ("rediss://h:6380/0", "standalone", True, (("h", 6380),), None, 0),
         ("unix:///run/redis.sock?db=5", "standalone", False, (), None, 5),
@@ -53,7 +58,9 @@ def test_credentials_from_url_are_decoded() -> None:
     ("url", "says"),
     [
         ("http://h:1", "unknown scheme"),
-        ("redis://h", "not HOST:PORT"),
+        ("redis://h:", "not HOST\\[:PORT\\]"),
+        ("redis://", "not HOST\\[:PORT\\]"),
+        ("redis://a:1,,b:2", "not HOST\\[:PORT\\]"),
         ("redis://a:1,b:2", "names one host"),
         ("redis://h:1/x", "not a number"),
         ("redis+sentinel://s:26379", "name the master"),
@@ -69,7 +76,7 @@ def test_bad_urls_are_refused_with_the_reason(url: str, says: str) -> None:
 
 def test_refusals_never_show_the_password() -> None:
     with pytest.raises(RedisUrlError) as info:
-        parse("redis://user:hunter2@h/0")
+        parse("redis://user:hunter2@h/zero")
     assert "hunter2" not in str(info.value) and "user:***@h" in str(info.value)
 
 
