@@ -593,7 +593,6 @@ def orchestrate(a: argparse.Namespace) -> int:
             key=lambda t: -max(v for (b, tt), v in golden.items() if tt == t),
         )[:6]
         png = workdir / "trending.png"
-        chart(png, results, labels, peak, a.batches)
         summary = {
             "batches": a.batches,
             "faults": a.faults,
@@ -603,7 +602,9 @@ def orchestrate(a: argparse.Namespace) -> int:
             "workdir": str(workdir),
         }
         (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
-        demo.say(f"\nchart: {png}\nsummary: {workdir / 'summary.json'}")
+        demo.say(f"\nsummary: {workdir / 'summary.json'}")
+        chart(png, results, labels, peak, a.batches)  # after the summary: it needs matplotlib
+        demo.say(f"chart: {png}")
         ok = summary_runs[1]["identical"]
         return 0 if ok else 1
     except KeyboardInterrupt:
@@ -617,13 +618,25 @@ def build_parser() -> argparse.ArgumentParser:
     """The demo's options."""
     p = argparse.ArgumentParser(prog="taskstate demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--batches", type=int, default=12, help="micro-batches (30 s of tweets each)")
-    p.add_argument("--faults", default="all", choices=FAULTS)
+    p.add_argument(
+        "--faults",
+        default="all",
+        choices=FAULTS,
+        help="which faults strike the taskstate and plain-dict runs (default: all, in turn: "
+        "Python worker SIGKILL, sidecar SIGKILL, whole query SIGKILL and restart)",
+    )
     p.add_argument("--out", help="work directory for runs, chart and summary (default: temp)")
     p.add_argument("--redis-url", help="use this Redis instead of a private redis-server")
-    p.add_argument("--tweets-per-batch", type=int, default=1200)
-    p.add_argument("--buckets-per-batch", type=int, default=6)
-    p.add_argument("--partitions", type=int, default=4)
-    p.add_argument("--master", default="local[2,4]")
+    p.add_argument("--tweets-per-batch", type=int, default=1200, help="tweets per micro-batch")
+    p.add_argument(
+        "--buckets-per-batch", type=int, default=6, help="5-second EWMA buckets per micro-batch"
+    )
+    p.add_argument("--partitions", type=int, default=4, help="stateful tasks (hash partitions)")
+    p.add_argument(
+        "--master",
+        default="local[2,4]",
+        help="Spark master; it must retry failed tasks (local[N,F], not local[N])",
+    )
     p.add_argument("--query", action="store_true", help=argparse.SUPPRESS)
     for hidden in ("--namespace", "--sidecar", "--out-dir", "--checkpoint"):
         p.add_argument(hidden, help=argparse.SUPPRESS)
@@ -643,7 +656,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_query(a)
     if a.batches < 4:
         p.error("--batches must be at least 4 (faults strike at 1/4, 1/2 and 3/4 of the run)")
+    missing = missing_extras()
+    if missing:  # before anything starts: not after minutes of Spark
+        print(
+            f"taskstate demo needs {', '.join(missing)}: pip install 'taskstate[spark,demo]'",
+            file=sys.stderr,
+        )
+        return 2
     return orchestrate(a)
+
+
+DEMO_MODULES = ("pyspark", "pandas", "pyarrow", "matplotlib")
+
+
+def missing_extras() -> list[str]:
+    """The demo's modules that this Python cannot import (the `spark` and `demo` extras)."""
+    import importlib.util
+
+    return [m for m in DEMO_MODULES if importlib.util.find_spec(m) is None]
 
 
 if __name__ == "__main__":

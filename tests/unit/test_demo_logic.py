@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -81,3 +82,22 @@ def test_top10_and_compare() -> None:
     del other[(0, "#t9")]
     same, err = compare(ewma, other)
     assert not same and math.isclose(err, 9.0)
+
+
+def test_demo_names_missing_extras_before_starting_anything(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import importlib.util
+
+    from taskstate.spark_plugin import demo
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "matplotlib" else real(name)
+    )
+    monkeypatch.setattr(demo, "orchestrate", lambda a: pytest.fail("the demo started"))
+    assert demo.main(["--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert err == "taskstate demo needs matplotlib: pip install 'taskstate[spark,demo]'\n"
+    assert not (tmp_path / "out").exists()
+    assert demo.missing_extras() == ["matplotlib"]
