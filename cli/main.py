@@ -6,8 +6,8 @@
 - `taskstate example [...]`: run the end-to-end Spark example with a private Redis and
   sidecar (needs `taskstate[spark]`).
 - `taskstate spark-package --out DIR`: the plugin jar and py-files zip for spark-submit.
-- `taskstate ls | show | export | import | drop | doctor`: see inside the stored state,
-  move it, drop it, check the setup (see `taskstate.cli.admin`).
+- `taskstate ls | show | export | import | drop | doctor | health`: see inside the
+  stored state, move it, drop it, check the setup; `taskstate COMMAND --help` for each.
 """
 
 from __future__ import annotations
@@ -22,7 +22,11 @@ ADMIN_COMMANDS = ("ls", "show", "export", "import", "drop", "doctor", "health")
 def main(argv: Sequence[str] | None = None) -> int:
     """Dispatch to a subcommand."""
     args = list(sys.argv[1:] if argv is None else argv)
-    parser = argparse.ArgumentParser(prog="taskstate", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="taskstate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # keep the list a list
+    )
     parser.add_argument(
         "command",
         choices=["sidecar", "demo", "example", "spark-package", *ADMIN_COMMANDS],

@@ -63,7 +63,9 @@ def state_ahead(fq: str, stored_batch: object, batch: object) -> SidecarError:
         f"task {fq}: the stored state is at batch {stored_batch}, ahead of batch {batch} "
         "that Spark is running: the streaming checkpoint was reset or replaced. Nothing was "
         "changed. Operator action: restore the checkpoint that belongs to this state, or "
-        f"drop the state (`taskstate drop {fq} --yes`) to start over.",
+        f"drop the state to start over: `taskstate drop {fq} --yes` for this task, "
+        f"`taskstate drop {fq.rsplit('/', 1)[0]} --yes` for every task of the component "
+        "(when the whole checkpoint was reset, all of them are ahead).",
     )
 
 
