@@ -436,18 +436,14 @@ class Demo:
     def run(self, name: str, state: str, faults: str) -> float:
         """One scenario from start to end (with its faults); returns seconds."""
         t0 = time.monotonic()
-        b = self.a.batches
-        worker_at, sidecar_at, restart_at = max(1, b // 4), max(1, b // 2), max(1, 3 * b // 4)
-        use = {
-            "worker": faults in ("worker", "all"),
-            "sidecar": faults in ("sidecar", "all"),
-            "restart": faults in ("restart", "all"),
-        }
+        at = fault_batches(self.a.batches, faults)
+        use = {kind: kind in at for kind in ("worker", "sidecar", "restart")}
+        sidecar_at, restart_at = at.get("sidecar", -1), at.get("restart", -1)
         extra: list[str] = []
         if use["worker"]:
-            extra += ["--kill-worker-at", str(worker_at)]
+            extra += ["--kill-worker-at", str(at["worker"])]
         if use["restart"]:
-            extra += ["--pause-at", str(restart_at)]
+            extra += ["--pause-at", str(at["restart"])]
         killer = self._sidecar_killer(name, sidecar_at) if use["sidecar"] else None
         proc = self._query(name, state, extra)
         if use["restart"]:
@@ -485,14 +481,25 @@ class Demo:
                 self.say(f"      {name}: fault: {text}")
 
 
+def fault_batches(batches: int, faults: str) -> dict[str, int]:
+    """Where each fault of `--faults` strikes: at 1/4, 1/2 and 3/4 of the run."""
+    at = {"worker": max(1, batches // 4), "sidecar": max(1, batches // 2)}
+    at["restart"] = max(1, 3 * batches // 4)
+    return {kind: b for kind, b in at.items() if faults in (kind, "all")}
+
+
 def chart(
     path: Path,
     runs: dict[str, dict[tuple[int, str], float]],
     labels: dict[str, str],
     tags: list[str],
     batches: int,
+    marks: dict[str, dict[str, int]],
 ) -> None:
-    """A PNG: one panel per run, the EWMA of the top tags over the batches."""
+    """A PNG: one panel per run, the EWMA of the top tags over the batches.
+
+    `marks[run]` maps a fault to the batch it struck in that run: a dashed line there.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -507,6 +514,12 @@ def chart(
                 label=tag,
                 marker=".",
             )
+        for kind, b in marks.get(name, {}).items():
+            ax.axvline(b, color="grey", linestyle="--", linewidth=1)
+            ax.annotate(
+                f"{kind} killed", (b, 1), xycoords=("data", "axes fraction"), rotation=90,
+                fontsize=7, va="top", ha="right", color="grey",
+            )  # fmt: skip
         ax.set_title(labels[name])
         ax.set_ylabel("EWMA (tweets/s)")
         ax.grid(alpha=0.3)
@@ -519,7 +532,7 @@ def chart(
         dpi=80,
         metadata={
             "Title": "taskstate demo: trending hashtags",
-            "Description": json.dumps({"runs": list(runs)}),
+            "Description": json.dumps({"runs": list(runs), "faults": marks}),
         },
     )
     plt.close(fig)
@@ -556,7 +569,7 @@ def orchestrate(a: argparse.Namespace) -> int:
         golden = results["golden"]
         last = a.batches - 1
         table = top10(golden, last)
-        demo.say(f"\ntop 10 hashtags after batch {last} (golden):")
+        demo.say(f"\ntop 10 hashtags after batch {last}, the last of {a.batches} (golden):")
         demo.say(f"  {'#':>2}  {'hashtag':<16}{'EWMA tweets/s':>14}")
         for rank, (tag, v) in enumerate(table, 1):
             demo.say(f"  {rank:>2}  {tag:<16}{v:>14.4f}")
@@ -596,6 +609,7 @@ def orchestrate(a: argparse.Namespace) -> int:
         summary = {
             "batches": a.batches,
             "faults": a.faults,
+            "fault_batches": fault_batches(a.batches, a.faults),
             "runs": summary_runs,
             "top10_golden": table,
             "chart": str(png),
@@ -603,7 +617,8 @@ def orchestrate(a: argparse.Namespace) -> int:
         }
         (workdir / "summary.json").write_text(json.dumps(summary, indent=2))
         demo.say(f"\nsummary: {workdir / 'summary.json'}")
-        chart(png, results, labels, peak, a.batches)  # after the summary: it needs matplotlib
+        marks = {name: fault_batches(a.batches, f) for name, _, f in scenarios}
+        chart(png, results, labels, peak, a.batches, marks)  # after the summary
         demo.say(f"chart: {png}")
         ok = summary_runs[1]["identical"]
         return 0 if ok else 1

@@ -51,7 +51,11 @@ def test_demo_summary_and_chart(spark_ready: None, tmp_path: Path) -> None:
     # the PNG is valid and holds the three runs
     with Image.open(tmp_path / "trending.png") as png:
         assert png.format == "PNG" and png.width > 400 and png.height > 600
-        assert json.loads(png.text["Description"])["runs"] == ["golden", "taskstate", "plain-dict"]
+        described = json.loads(png.text["Description"])
+        assert described["runs"] == ["golden", "taskstate", "plain-dict"]
+        struck = summary["fault_batches"]  # marked where they struck, in the faulted runs
+        assert described["faults"] == {"golden": {}, "taskstate": struck, "plain-dict": struck}
+        assert set(struck) == {"worker", "sidecar", "restart"}
         rgb = png.convert("RGB")
         thirds = [
             rgb.crop((0, i * png.height // 3, png.width, (i + 1) * png.height // 3))

@@ -101,3 +101,21 @@ def test_demo_names_missing_extras_before_starting_anything(
     assert err == "taskstate demo needs matplotlib: pip install 'taskstate[spark,demo]'\n"
     assert not (tmp_path / "out").exists()
     assert demo.missing_extras() == ["matplotlib"]
+
+
+def test_fault_batches_and_the_chart_marks_them(tmp_path: Path) -> None:
+    import json
+
+    from PIL import Image
+
+    from taskstate.spark_plugin.demo import chart, fault_batches
+
+    assert fault_batches(12, "all") == {"worker": 3, "sidecar": 6, "restart": 9}
+    assert fault_batches(12, "sidecar") == {"sidecar": 6}
+    assert fault_batches(12, "none") == {}
+    runs = {"golden": {(b, "#a"): float(b) for b in range(8)}, "faulted": {(0, "#a"): 1.0}}
+    marks = {"golden": {}, "faulted": fault_batches(8, "all")}
+    png = tmp_path / "c.png"
+    chart(png, runs, {"golden": "g", "faulted": "f"}, ["#a"], 8, marks)
+    with Image.open(png) as img:
+        assert json.loads(img.text["Description"])["faults"] == marks
