@@ -53,8 +53,9 @@ def remember(task_id: str, session: Session, limit: int) -> None:
     """Keep `session` as the most recently used, within `limit` cached tasks.
 
     The oldest idle sessions of other attempts go first (their cached state would only
-    save a Restore). Sessions of the current attempt are never forgotten: forgetting one
-    would make its next block Open again and roll back the attempt's own earlier commits.
+    save a Restore). Sessions of the current attempt are kept: their next block needs no
+    round trip (forgetting one would cost an Open, which the sidecar answers with the same
+    claim, and a Restore).
     """
     with sessions_lock:
         sessions.pop(task_id, None)
