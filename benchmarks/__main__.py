@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from taskstate.client import LocalContext, TaskState, _session
+from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 
@@ -86,7 +87,7 @@ def commit_throughput(redis: RedisServer, target: str, fields: int, repeats: int
             ours.append(took)
             base.append(took_base)
             calls.append(call)
-    data = c.hgetall("ts:{" + f"{ns}/c/0" + "}:data")
+    data = c.hgetall(data_key(ns, "c", 0))
     want = {k.encode(): orjson.dumps(_value(i, repeats)) for i, k in enumerate(keys)}
     if data != want:
         raise AssertionError("commit benchmark: Redis does not hold what was committed")
@@ -116,7 +117,7 @@ def _fill(redis: RedisServer, target: str, ns: str, fields: int) -> None:
     with TaskState(LocalContext(0), component="c", namespace=ns, sidecar=target) as s:
         s["seed"] = 0
     c = redis.client()
-    key = "ts:{" + f"{ns}/c/0" + "}:data"
+    key = data_key(ns, "c", 0)
     pipe = c.pipeline(transaction=False)
     for j in range(0, fields, 5000):
         pipe.hset(
@@ -173,7 +174,7 @@ def restore_throughput(
         ns = f"bench-restore-{n}-{os.getpid()}"
         _say(f"restore: writing a {n:,}-field state")
         _fill(redis, side.target, ns, n)
-        key = "ts:{" + f"{ns}/c/0" + "}:data"
+        key = data_key(ns, "c", 0)
         c = redis.client()
         ours, base, rss = [], [], []
         _, grew, _ = _restore_once(side.target, ns, pid, sample=True)
@@ -237,7 +238,7 @@ def commit_latency(redis: RedisServer, target: str, iterations: int) -> Figure:
         c.ping()
         pings.append(time.perf_counter() - t0)
     pings = pings[50:]
-    got = c.hget("ts:{" + f"{ns}/c/0" + "}:data", "k9")
+    got = c.hget(data_key(ns, "c", 0), "k9")
     if got != str(iterations + 49).encode():
         raise AssertionError("latency benchmark: the last commit is not in Redis")
     lat.sort()
@@ -342,7 +343,7 @@ def recovery(
     c = redis.client()
     stored: dict[bytes, bytes] = {}
     for part in (0, 1):
-        for k, v in c.hscan_iter("ts:{" + f"{ns}/recovery/{part}" + "}:data", count=5000):
+        for k, v in c.hscan_iter(data_key(ns, "recovery", part), count=5000):
             stored[k] = v
     want = expected_totals(keys, per_batch, batches)
     if {k.decode(): int(v) for k, v in stored.items()} != want:

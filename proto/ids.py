@@ -42,8 +42,11 @@ def partition_problem(value: object) -> str | None:
     return None
 
 
-def fq_task_id(namespace: str, component: str, partition: int) -> str:
-    """The task's fully qualified id, `namespace/component/partition`."""
+def fq_task_id(namespace: str, component: str, partition: int | str) -> str:
+    """The task's fully qualified id, `namespace/component/partition`.
+
+    `partition` may also be a glob (`*`), for a SCAN pattern over a component's tasks.
+    """
     return f"{namespace}/{component}/{partition}"
 
 

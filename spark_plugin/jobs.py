@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from taskstate.sidecar.storage.redis.keys import data_key
+
 COMPONENT = "running-totals"
 SOURCE_NAME = "taskstate_example_events"
 EVENT_SCHEMA = "event_id long, key string, value long"
@@ -543,7 +545,7 @@ def read_state(redis_url: str, namespace: str, partitions: int) -> dict[str, Any
     client = redis.Redis.from_url(redis_url)
     state: dict[str, Any] = {}
     for p in range(partitions):
-        data = client.hgetall(f"ts:{{{namespace}/{COMPONENT}/{p}}}:data")
+        data = client.hgetall(data_key(namespace, COMPONENT, p))
         state.update({_text(k): orjson.loads(v) for k, v in data.items()})
     client.close()
     return state

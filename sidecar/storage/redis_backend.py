@@ -1,14 +1,6 @@
 """The Redis backend: task state in hashes, the protocol in atomic Lua scripts.
 
-Layout (every key of a task carries the hash tag `{namespace/component/partition}`, so a
-task lives in one Redis Cluster slot and one script can touch all its keys):
-
-- `ts:{ns/comp/p}:data`  hash, field = user key, value = encoded value
-- `ts:{ns/comp/p}:meta`  hash: layout, codec, batch, epoch, pos, gen, ver, undo_batch,
-  prev_batch, prev_pos, updated_at, opened_at, last_writer, rollbacks, and the claim:
-  claim (the attempt that owns the epoch), claim_batch, superseded (displaced attempts)
-- `ts:{ns/comp/p}:undo`  hash: the rollback record of the last written batch
-- `ts:idx:{ns}`          set of `component/partition`: only an index, for listing
+The keys (one Redis Cluster slot per task) are spelled in redis/keys.py only.
 """
 
 from __future__ import annotations
@@ -41,6 +33,8 @@ from .base import (
     TaskMeta,
 )
 from .connect import RedisSettings, create_client, redact
+from .redis.keys import index_key, task_keys
+from .redis.scan import ServerChangedError, hscan_pages
 
 T = TypeVar("T")
 log = logging.getLogger("taskstate.sidecar.redis")
@@ -60,17 +54,6 @@ _HGETALL_MAX = 5000
 
 def _script(name: str) -> str:
     return resources.files(__package__).joinpath(f"{name}.lua").read_text()
-
-
-def task_keys(task: TaskKey) -> tuple[str, str, str]:
-    """(meta, data, undo) keys of a task."""
-    tag = "{" + task.fq + "}"
-    return f"ts:{tag}:meta", f"ts:{tag}:data", f"ts:{tag}:undo"
-
-
-def index_key(namespace: str) -> str:
-    """The per-namespace index set (its own slot)."""
-    return "ts:idx:{" + namespace + "}"
 
 
 def _text(v: bytes | str | None) -> str:
@@ -365,20 +348,17 @@ class RedisStorage:
             items: dict[Any, Any] = await self._run("restore", lambda: self._hgetall(data))
             yield list(items.items())  # keys stay UTF-8 bytes: no per-field work
         else:
-            # An HSCAN cursor means something only to the server that issued it: a failover,
-            # a restart or a slot migration mid-scan starts the scan again. Fields sent
+            # A server change mid-scan starts the scan again (redis/scan.py): fields sent
             # twice are identical (the epoch fences writers), so the client just overwrites.
-            server = None
             restarts = 0
-            cursor = 0
             while True:
-                cur = cursor
-
-                async def page(cur: int = cur) -> tuple[str, int, dict[Any, Any]]:
-                    return await self._scan_page(data, cur, max_fields)
-
-                served_by, cursor, items = await self._run("restore", page)
-                if server is not None and served_by != server:
+                try:
+                    async for items in hscan_pages(
+                        self._run, self._scan_page, data, max_fields, None, "restore"
+                    ):
+                        yield list(items.items())  # keys stay UTF-8 bytes: no per-field work
+                    break
+                except ServerChangedError:
                     restarts += 1
                     if restarts > 5:
                         raise SidecarError(
@@ -386,18 +366,11 @@ class RedisStorage:
                             f"task {task.fq}: the Redis server holding the state changed 5 "
                             "times during one restore. Retry when the failover or slot "
                             "migration is over.",
-                        )
+                        ) from None
                     log.warning(
                         "the server changed during a restore: scanning again",
                         extra={"task": task.fq},
                     )
-                    server, cursor = None, 0
-                    continue
-                server = served_by
-                if items:
-                    yield list(items.items())  # keys stay UTF-8 bytes: no per-field work
-                if cursor == 0:
-                    break
         # A newer claim during the scan makes what we sent unreliable: fail, do not guess.
         await self._check_epoch(task, meta, epoch)
 
@@ -594,24 +567,16 @@ class RedisStorage:
         before = await self.describe(task)
         if not before.exists:
             raise errors.not_found(task.fq, task.namespace)
-        cursor = 0
-        server = None
-        while True:
-            cur = cursor
-
-            async def page(cur: int = cur) -> tuple[str, int, dict[Any, Any]]:
-                return await self._scan_page(data, cur, max_fields, pattern)
-
-            served_by, cursor, items = await self._run("read", page)
-            if server is not None and served_by != server:
-                break  # another server answers now: the cursor means nothing there
-            server = served_by
-            if items:
+        try:
+            async for items in hscan_pages(
+                self._run, self._scan_page, data, max_fields, pattern, "read"
+            ):
                 yield list(items.items())
-            if cursor == 0:
-                if await self.version(task) == before.version:
-                    return
-                break
+        except ServerChangedError:
+            pass  # another server answers now: what was sent may not be one version
+        else:
+            if await self.version(task) == before.version:
+                return
         raise SidecarError(
             codes.CHANGED,
             f"task {task.fq}: the state changed while it was read (a commit, a rollback or "

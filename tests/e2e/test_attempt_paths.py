@@ -24,6 +24,7 @@ from typing import Any
 import orjson
 import pytest
 
+from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.spark_plugin import configure, with_batch_id
 from taskstate.spark_plugin.jobs import SOURCE_NAME, key_of, register_source
 from taskstate.testing import RedisServer, SidecarProcess
@@ -95,7 +96,7 @@ def counts() -> dict[str, int]:
 def stored(redis: RedisServer, ns: str, component: str) -> dict[str, Any]:
     c = redis.client()
     out: dict[str, Any] = {}
-    for key in c.scan_iter(match=f"ts:{{{ns}/{component}/*}}:data"):
+    for key in c.scan_iter(match=data_key(ns, component, "*")):
         out.update({k.decode(): orjson.loads(v) for k, v in c.hgetall(key).items()})
     return out
 

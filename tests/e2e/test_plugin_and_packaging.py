@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.spark_plugin.example import Runner, build_parser
 from taskstate.spark_plugin.jobs import expected_state, read_output, read_state, state_from_rows
 from taskstate.testing import RedisServer
@@ -206,4 +207,4 @@ def test_spark_package_outputs_run_a_job_with_spark_submit(
         assert "taskstate-pyfiles.zip" in client_file
         assert sidecar.startswith("unix:///tmp/taskstate-run/jvm-")  # the plugin's sidecar
     c = redis_server.client()
-    assert {c.hget(f"ts:{{{ns}/submitted/{p}}}:data", "n") for p in (0, 1)} == {b"50"}
+    assert {c.hget(data_key(ns, "submitted", p), "n") for p in (0, 1)} == {b"50"}

@@ -12,6 +12,7 @@ from typing import Any
 import orjson
 import pytest
 
+from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.spark_plugin.example import Runner, build_parser
 from taskstate.spark_plugin.jobs import COMPONENT, expected_state, read_output
 from taskstate.testing import SidecarProcess, find_redis_server
@@ -36,7 +37,7 @@ def cluster_state(topo: RedisClusterProcs, namespace: str) -> dict[str, Any]:
     rc = topo.client()
     out: dict[str, Any] = {}
     for p in range(PARTS):
-        raw = rc.hgetall("ts:{" + f"{namespace}/{COMPONENT}/{p}" + "}:data")
+        raw = rc.hgetall(data_key(namespace, COMPONENT, p))
         out.update({k.decode(): orjson.loads(v) for k, v in raw.items()})
     return out
 

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 import pytest
 
+from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.spark_plugin.jobs import kill_process_groups, read_output_files
 from taskstate.testing import RedisServer, SidecarProcess
 
@@ -129,7 +130,7 @@ class Runs:
     def state(self, name: str) -> dict[str, Any]:
         c = self.redis.client()
         out: dict[str, Any] = {}
-        for key in c.scan_iter(match=f"ts:{{{self.prefix}-{name}/sessions/*}}:data"):
+        for key in c.scan_iter(match=data_key(f"{self.prefix}-{name}", "sessions", "*")):
             out.update({k.decode(): orjson.loads(v) for k, v in c.hgetall(key).items()})
         return out
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import redis
 
+from taskstate.sidecar.storage.redis.keys import meta_key
 from taskstate.spark_plugin.example import Runner, build_parser
 from taskstate.spark_plugin.jobs import (
     APIS,
@@ -93,8 +94,7 @@ def runs(
 def _rollbacks(r: RedisServer, namespace: str) -> int:
     c: redis.Redis = r.client()
     return sum(
-        int(c.hget(f"ts:{{{namespace}/{COMPONENT}/{p}}}:meta", "rollbacks") or 0)
-        for p in range(PARTS)
+        int(c.hget(meta_key(namespace, COMPONENT, p), "rollbacks") or 0) for p in range(PARTS)
     )
 
 

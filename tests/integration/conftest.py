@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from taskstate.client import _session
+from taskstate.sidecar.storage.redis.keys import namespace_pattern
 from taskstate.testing import RedisServer, SidecarProcess, find_redis_server
 
 pytestmark = pytest.mark.integration
@@ -51,7 +52,7 @@ def snapshot(r: RedisServer, namespace: str) -> dict[bytes, object]:
     """Every key of a namespace (and the index) with its exact content."""
     c = r.client()
     out: dict[bytes, object] = {}
-    for key in sorted(c.scan_iter(match=f"ts:*{namespace}*")):
+    for key in sorted(c.scan_iter(match=namespace_pattern(namespace))):
         kind = c.type(key)
         if kind == b"hash":
             out[key] = c.hgetall(key)

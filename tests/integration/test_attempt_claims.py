@@ -16,6 +16,7 @@ import pytest
 from taskstate.client import LocalContext
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
+from taskstate.sidecar.storage.redis.keys import data_key, meta_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 from .attempt_worker import Worker, WorkerError
@@ -35,12 +36,12 @@ def workers(sidecar: SidecarProcess, namespace: str) -> Iterator[list[Worker]]:
 
 
 def stored(r: RedisServer, ns: str) -> dict[str, bytes]:
-    data = r.client().hgetall(f"ts:{{{ns}/c/0}}:data")
+    data = r.client().hgetall(data_key(ns, "c", 0))
     return {k.decode(): v for k, v in data.items()}
 
 
 def meta(r: RedisServer, ns: str, *fields: str) -> list[str | None]:
-    values = r.client().hmget(f"ts:{{{ns}/c/0}}:meta", *fields)
+    values = r.client().hmget(meta_key(ns, "c", 0), *fields)
     return [None if v is None else v.decode() for v in values]
 
 
@@ -115,8 +116,8 @@ def test_a_new_attempt_of_the_batch_rolls_back_both_processes_commits(
     assert retry["rolled_back"] and not retry["reused_claim"]
     assert retry["data"] == {"k": 1, "gone-in-8": 1}
     after = snapshot(redis_server, namespace)
-    data_key = f"ts:{{{namespace}/c/0}}:data".encode()
-    assert after[data_key] == before[data_key]  # byte for byte
+    data = data_key(namespace, "c", 0).encode()
+    assert after[data] == before[data]  # byte for byte
 
 
 def test_a_displaced_attempt_is_fenced_in_every_process(

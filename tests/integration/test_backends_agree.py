@@ -14,6 +14,7 @@ import pytest
 from taskstate.sidecar.errors import SidecarError
 from taskstate.sidecar.storage.base import Durability, TaskKey
 from taskstate.sidecar.storage.memory_backend import MemoryStorage
+from taskstate.sidecar.storage.redis.keys import task_keys
 from taskstate.sidecar.storage.redis_backend import RedisStorage
 from taskstate.testing import RedisServer
 
@@ -113,7 +114,7 @@ def test_redis_scripts_and_memory_model_agree(redis_server: RedisServer, namespa
                     got = await _step(redis_store, task, op)
                     assert got == want, f"seed {seed}, step {i}, op {op}"
                     # the undo bookkeeping leaves the data identical after every step
-                    data = redis_server.client().hgetall(f"ts:{{{task.fq}}}:data")
+                    data = redis_server.client().hgetall(task_keys(task)[1])
                     assert {k.decode(): v for k, v in data.items()} == memory.tasks[task].data
         finally:
             await redis_store.close()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from taskstate.sidecar.storage.redis.keys import data_key, meta_key
 from taskstate.testing import SidecarProcess
 from taskstate.testing.topologies import RedisClusterProcs
 
@@ -100,9 +101,8 @@ def test_thousand_tasks_through_slot_migration_and_master_failover(
         rc = topo.client()
         wrong = {}
         for p in range(TASKS):
-            tag = "{" + f"{namespace}/c/{p}" + "}"
-            state = decode_hash(rc.hgetall(f"ts:{tag}:data"))
-            batch = rc.hget(f"ts:{tag}:meta", "batch")
+            state = decode_hash(rc.hgetall(data_key(namespace, "c", p)))
+            batch = rc.hget(meta_key(namespace, "c", p), "batch")
             if state != expected(6) or batch != b"5":
                 wrong[p] = (state, batch)
         assert wrong == {}, f"{len(wrong)} tasks wrong, e.g. {next(iter(wrong.items()))}"

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from taskstate.client import CorruptStateError, LocalContext, TaskState, _session
+from taskstate.sidecar.storage.redis.keys import data_key, meta_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 from .conftest import snapshot
@@ -23,8 +24,7 @@ def ts(side: SidecarProcess, ns: str, batch: int) -> TaskState:
 
 
 def keys(ns: str) -> tuple[str, str]:
-    tag = "{" + f"{ns}/c/0" + "}"
-    return f"ts:{tag}:meta", f"ts:{tag}:data"
+    return meta_key(ns, "c", 0), data_key(ns, "c", 0)
 
 
 CORRUPTIONS: list[tuple[str, Callable[[Any, str], None], str]] = [

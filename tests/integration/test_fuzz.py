@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from taskstate.client import LocalContext, TaskState, _session
 from taskstate.proto import codes
 from taskstate.proto import taskstate_pb2 as pb
+from taskstate.sidecar.storage.redis.keys import namespace_pattern
 from taskstate.testing import RedisServer, SidecarProcess
 
 pytestmark = pytest.mark.integration
@@ -222,7 +223,7 @@ def target(
 def _protected_snapshot(redis: RedisServer) -> dict[bytes, Any]:
     c = redis.client()
     out: dict[bytes, Any] = {}
-    for key in c.scan_iter(match=f"ts:*{PROTECTED}*", count=1000):
+    for key in c.scan_iter(match=namespace_pattern(PROTECTED), count=1000):
         out[key] = c.dump(key)
     return out
 

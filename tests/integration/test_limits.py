@@ -16,6 +16,7 @@ import pytest
 from taskstate.client import LimitError, LocalContext, TaskState
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
+from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 from .conftest import snapshot
@@ -56,8 +57,8 @@ def test_commit_limits_refuse_and_write_nothing(
         after = snapshot(redis_server, namespace)
         # the claim moved (Open ran); the data and the committed batch did not
         assert (
-            after[f"ts:{{{namespace}/c/0}}:data".encode()]
-            == before[f"ts:{{{namespace}/c/0}}:data".encode()]
+            after[data_key(namespace, "c", 0).encode()]
+            == before[data_key(namespace, "c", 0).encode()]
         )
     finally:
         side.kill()

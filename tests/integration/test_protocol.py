@@ -23,6 +23,7 @@ from taskstate.client import (
 )
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
+from taskstate.sidecar.storage.redis.keys import data_key, meta_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 from .conftest import committed_snapshot, snapshot, strip_claim
@@ -42,7 +43,7 @@ def ts(sidecar: SidecarProcess, ns: str, batch: int | None, part: int = 0, **kw:
 
 
 def data_of(r: RedisServer, ns: str, part: int = 0) -> dict[bytes, bytes]:
-    return r.client().hgetall(f"ts:{{{ns}/c/{part}}}:data")  # type: ignore[no-any-return]
+    return r.client().hgetall(data_key(ns, "c", part))  # type: ignore[no-any-return]
 
 
 def test_round_trip_100k_keys_survives_sidecar_sigkill(
@@ -75,9 +76,9 @@ def test_replay_restores_the_previous_batch_byte_for_byte(
         s.update({"k1": {"v": 100}, "only6": [6]})
         s.commit(position={"offset": 600})
     c = redis_server.client()
-    meta_key = f"ts:{{{namespace}/c/0}}:meta"
+    meta = meta_key(namespace, "c", 0)
     after6 = data_of(redis_server, namespace)
-    after6_meta = c.hmget(meta_key, "batch", "pos")
+    after6_meta = c.hmget(meta, "batch", "pos")
     with ts(sidecar, namespace, 7) as s:
         s["k1"]["v"] = 7  # changed in place
         s["k2"] = "replaced"  # changed
@@ -90,7 +91,7 @@ def test_replay_restores_the_previous_batch_byte_for_byte(
     with ts(sidecar, namespace, 7) as s:  # Spark replays batch 7
         assert s.info.rolled_back and s.info.committed_batch == 6
         assert data_of(redis_server, namespace) == after6  # byte for byte
-        assert c.hmget(meta_key, "batch", "pos") == after6_meta
+        assert c.hmget(meta, "batch", "pos") == after6_meta
         assert s.position == {"offset": 600}
         # a different replay of batch 7 commits cleanly
         s["k4"] = "second run"
@@ -141,12 +142,12 @@ def test_ambiguous_commit_response_lost_then_retried_equals_one_commit(
 ) -> None:
     proxy = LossyProxy(str(redis_server.socket))
     side = SidecarProcess(proxy.url, tmp_path / "s.sock").start()
-    meta_key = f"ts:{{{namespace}/c/0}}:meta"
+    meta = meta_key(namespace, "c", 0)
     try:
         with ts(side, namespace, 3) as s:
             s.update({"a": 1, "b": 2, "gone": 0})
         before = data_of(redis_server, namespace)
-        ver_before = int(redis_server.client().hget(meta_key, "ver"))
+        ver_before = int(redis_server.client().hget(meta, "ver"))
         with ts(side, namespace, 4) as s:
             proxy.arm()  # the commit's EVALSHA reaches Redis; its reply is lost
             s["a"] = 10
@@ -154,7 +155,7 @@ def test_ambiguous_commit_response_lost_then_retried_equals_one_commit(
             del s["gone"]
         assert proxy.replies_lost == 1
         # the script ran twice (applied, then retried), with the effect of once
-        assert int(redis_server.client().hget(meta_key, "ver")) == ver_before + 2
+        assert int(redis_server.client().hget(meta, "ver")) == ver_before + 2
         assert data_of(redis_server, namespace) == {b"a": b"10", b"b": b"2", b"c": b"3"}
         # and the rollback record still holds the state before batch 4
         _session.sessions.clear()
@@ -177,9 +178,9 @@ def test_exception_inside_with_commits_nothing(
         s["m"] = 1
         _ = 1 / 0
     after = snapshot(redis_server, namespace)
-    meta_key = f"ts:{{{namespace}/c/0}}:meta".encode()
+    meta = meta_key(namespace, "c", 0).encode()
     assert committed_snapshot(redis_server, namespace) == strip_claim(before)
-    assert int(after[meta_key][b"epoch"]) == int(before[meta_key][b"epoch"]) + 1
+    assert int(after[meta][b"epoch"]) == int(before[meta][b"epoch"]) + 1
     with ts(sidecar, namespace, 2) as s:
         assert dict(s) == {"n": {"count": 1}}
 
@@ -244,8 +245,7 @@ def test_non_json_value_is_refused_before_sending(
         assert "'when'" in str(info.value) and "module" in str(info.value)
     after = snapshot(redis_server, namespace)
     assert (
-        after[f"ts:{{{namespace}/c/0}}:data".encode()]
-        == before[f"ts:{{{namespace}/c/0}}:data".encode()]
+        after[data_key(namespace, "c", 0).encode()] == before[data_key(namespace, "c", 0).encode()]
     )
 
 
@@ -419,6 +419,6 @@ def test_sidecar_killed_mid_task_and_restarted_commit_lands_once(
         st.__exit__(None, None, None)  # waits for the new sidecar, then commits
         restarter.join()
         assert data_of(redis_server, namespace) == {b"n": b"2"}
-        assert int(redis_server.client().hget(f"ts:{{{namespace}/c/0}}:meta", "batch")) == 2
+        assert int(redis_server.client().hget(meta_key(namespace, "c", 0), "batch")) == 2
     finally:
         side.kill()

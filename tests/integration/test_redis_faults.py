@@ -18,16 +18,13 @@ from taskstate.client import (
     TaskState,
     _session,
 )
+from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess
 from taskstate.testing.topologies import RedisNode, make_tls_material
 
 from .workload import Outcome, decode_hash, expected, run_batch
 
 pytestmark = pytest.mark.integration
-
-
-def data_key(namespace: str, partition: int) -> str:
-    return "ts:{" + f"{namespace}/c/{partition}" + "}:data"
 
 
 def health(target: str) -> int:
@@ -67,7 +64,7 @@ def test_fsynced_commits_survive_sigkill_of_redis(tmp_path: Path, namespace: str
         redis.start()
         c = redis.client()
         for p in range(3):
-            assert decode_hash(c.hgetall(data_key(namespace, p))) == expected(batches)
+            assert decode_hash(c.hgetall(data_key(namespace, "c", p))) == expected(batches)
         # the kills really hit requests: the sidecar retried them (or the task did)
         retried = side.log_path.read_text().count("redis call failed, retrying")
         assert retried or outcome.errors, "no request ever met a dead Redis: untested"
@@ -90,7 +87,7 @@ def test_redis_down_20s_commits_fail_clearly_then_resume(tmp_path: Path, namespa
             with contextlib.suppress(Exception):  # Redis is down: nothing to see
                 c = redis.client()
                 for p in range(2):
-                    state = decode_hash(c.hgetall(data_key(namespace, p)))
+                    state = decode_hash(c.hgetall(data_key(namespace, "c", p)))
                     if state and len(state) != state["n"] + 1:
                         partial.append(repr(state))
                 c.close()
@@ -137,7 +134,7 @@ def test_redis_down_20s_commits_fail_clearly_then_resume(tmp_path: Path, namespa
         side.kill()
     c = redis.client()
     for p in range(2):
-        assert decode_hash(c.hgetall(data_key(namespace, p))) == expected(7)
+        assert decode_hash(c.hgetall(data_key(namespace, "c", p))) == expected(7)
     assert partial == []
     redis.stop()
 
@@ -188,7 +185,7 @@ def test_tls_redis_with_acl_user(tls_redis, tmp_path: Path, namespace: str) -> N
             run_batch(side.target, namespace, 2, 0, durability="fsynced", give_up_s=0)
     finally:
         side.kill()
-    assert decode_hash(node.client().hgetall(data_key(namespace, 0))) == expected(3)
+    assert decode_hash(node.client().hgetall(data_key(namespace, "c", 0))) == expected(3)
     assert "s3cr3t-pw" not in side.log_path.read_text()
 
 
@@ -235,7 +232,7 @@ def test_scripts_are_reloaded_after_the_script_cache_is_flushed(
     run_batch(sidecar.target, namespace, 0, 0)
     redis_server.client().script_flush()
     run_batch(sidecar.target, namespace, 0, 1)
-    got = decode_hash(redis_server.client().hgetall(data_key(namespace, 0)))
+    got = decode_hash(redis_server.client().hgetall(data_key(namespace, "c", 0)))
     assert got == expected(2)
 
 
@@ -250,5 +247,5 @@ def test_unix_socket_url_selects_the_db(
     finally:
         side.kill()
     db3 = redis_py.Redis(unix_socket_path=str(redis_server.socket), db=3)
-    assert decode_hash(db3.hgetall(data_key(namespace, 0))) == expected(1)
-    assert redis_server.client().exists(data_key(namespace, 0)) == 0
+    assert decode_hash(db3.hgetall(data_key(namespace, "c", 0))) == expected(1)
+    assert redis_server.client().exists(data_key(namespace, "c", 0)) == 0

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from taskstate.client import DurabilityError
+from taskstate.sidecar.storage.redis.keys import data_key, meta_key
 from taskstate.testing import SidecarProcess
 from taskstate.testing.topologies import RedisNode
 
@@ -52,9 +53,8 @@ def test_short_acknowledgement_then_retry_succeeds_once_replica_is_back(
             run_batch(side.target, namespace, 0, 1, durability=level, give_up_s=0)
         msg = str(info.value)
         assert f"{namespace}/c/0" in msg and level in msg and "0 replica" in msg, msg
-        key = "ts:{" + f"{namespace}/c/0" + "}"
         # applied but not acknowledged: Redis has batch 1, the task failed anyway
-        assert master.client().hget(f"{key}:meta", "batch") == b"1"
+        assert master.client().hget(meta_key(namespace, "c", 0), "batch") == b"1"
 
         replica.restart()
         deadline = time.monotonic() + 20
@@ -64,12 +64,12 @@ def test_short_acknowledgement_then_retry_succeeds_once_replica_is_back(
         outcome = Outcome()
         run_batch(side.target, namespace, 0, 1, durability=level, outcome=outcome)  # a retry
         c = master.client()
-        assert decode_hash(c.hgetall(f"{key}:data")) == expected(2)  # counted once
+        assert decode_hash(c.hgetall(data_key(namespace, "c", 0))) == expected(2)  # counted once
         # every retry of batch 1 rolled the unacknowledged attempt back first
-        assert int(c.hget(f"{key}:meta", "rollbacks") or 0) == outcome.attempts
+        assert int(c.hget(meta_key(namespace, "c", 0), "rollbacks") or 0) == outcome.attempts
         # and the replica has it too
         time.sleep(0.2)
-        assert decode_hash(replica.client().hgetall(f"{key}:data")) == expected(2)
+        assert decode_hash(replica.client().hgetall(data_key(namespace, "c", 0))) == expected(2)
     finally:
         side.kill()
         replica.kill()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from taskstate.client import CodecError, LocalContext, TaskState
+from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 pytestmark = pytest.mark.integration
@@ -20,7 +21,7 @@ def test_foreign_bytes_in_the_state_name_the_key(
     with TaskState(LocalContext(0), component="c", namespace=namespace,
                    sidecar=sidecar.target) as s:  # fmt: skip
         s.update({f"k{i}": i for i in range(50)})
-    key = "ts:{" + f"{namespace}/c/0" + "}:data"
+    key = data_key(namespace, "c", 0)
     redis_server.client().hset(key, "intruder", raw)
     from taskstate.client import _session
 

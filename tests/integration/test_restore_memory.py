@@ -9,6 +9,7 @@ import pytest
 
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
+from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 pytestmark = pytest.mark.integration
@@ -25,7 +26,7 @@ def _fill(r: RedisServer, stub: pb_grpc.TaskStateServiceStub, ns: str, fields: i
     task = pb.TaskId(namespace=ns, component="big", partition=0)
     stub.Open(pb.OpenRequest(task=task, codec="json"), timeout=30)  # creates the meta
     c = r.client()
-    key = f"ts:{{{ns}/big/0}}:data"
+    key = data_key(ns, "big", 0)
     value = b'"' + b"v" * 98 + b'"'  # 100-byte JSON values
     pipe = c.pipeline(transaction=False)
     for start in range(0, fields, 5000):

@@ -20,6 +20,7 @@ from taskstate.client import (
     UnauthenticatedError,
     _session,
 )
+from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess
 from taskstate.testing.topologies import TlsMaterial, make_tls_material
 
@@ -91,7 +92,7 @@ def test_plaintext_loopback_only_when_asked(
     try:
         with ts(tcp_address(side), namespace) as s:
             s["a"] = 1
-        assert redis_server.client().hget(f"ts:{{{namespace}/c/0}}:data", "a") == b"1"
+        assert redis_server.client().hget(data_key(namespace, "c", 0), "a") == b"1"
     finally:
         side.kill()
 

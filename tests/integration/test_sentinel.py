@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import SidecarProcess
 from taskstate.testing.topologies import RedisSentinelProcs
 
@@ -55,7 +56,7 @@ def test_master_killed_no_acknowledged_commit_lost_sidecar_follows(
         assert side.proc is not None and side.proc.pid == pid and side.proc.poll() is None
         new_master = topo.replica.client()
         for p in range(3):
-            key = "ts:{" + f"{namespace}/c/{p}" + "}:data"
+            key = data_key(namespace, "c", p)
             assert decode_hash(new_master.hgetall(key)) == expected(batches)
         # the failover really struck requests in flight or queued
         assert_faults_struck("sentinel", outcome, side.log_path.read_text())

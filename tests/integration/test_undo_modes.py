@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from taskstate.client import LocalContext, TaskState, _session
+from taskstate.sidecar.storage.redis.keys import data_key, meta_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 pytestmark = pytest.mark.integration
@@ -28,17 +29,16 @@ def test_replay_rolls_back_exactly_in_each_mode(
     redis_server: RedisServer, sidecar: SidecarProcess, namespace: str, changed: int, mode: str
 ) -> None:
     c = redis_server.client()
-    key = "ts:{" + f"{namespace}/c/0" + "}"
     _block(sidecar.target, namespace, 0, {f"k{i}": i for i in range(1000)}, [])
-    before = c.hgetall(f"{key}:data")
+    before = c.hgetall(data_key(namespace, "c", 0))
     # batch 1: change some keys, add some, delete some; in two commits (group-scoped)
     _block(sidecar.target, namespace, 1, {f"k{i}": -i for i in range(changed)}, ["k999"])
-    assert c.hget(f"{key}:meta", "undo_mode").decode() == mode
+    assert c.hget(meta_key(namespace, "c", 0), "undo_mode").decode() == mode
     with TaskState(LocalContext(0, batch_id=1), component="c", namespace=namespace,
                    sidecar=sidecar.target) as s:  # fmt: skip
         pass  # a retry of batch 1 by a new attempt: rolls back first
     assert s.info.rolled_back
-    assert c.hgetall(f"{key}:data") == before
+    assert c.hgetall(data_key(namespace, "c", 0)) == before
     _session.sessions.clear()
     # the retry's own commits are recorded again: two blocks of one attempt (group-scoped)
     attempt = LocalContext(0, batch_id=1)
@@ -47,17 +47,16 @@ def test_replay_rolls_back_exactly_in_each_mode(
     with TaskState(LocalContext(0, batch_id=1), component="c", namespace=namespace,
                    sidecar=sidecar.target):  # fmt: skip
         pass
-    assert c.hgetall(f"{key}:data") == before  # both blocks rolled back
+    assert c.hgetall(data_key(namespace, "c", 0)) == before  # both blocks rolled back
 
 
 def test_copy_mode_rollback_of_a_first_batch_leaves_no_data(
     redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
 ) -> None:
     c = redis_server.client()
-    key = "ts:{" + f"{namespace}/c/0" + "}"
     _block(sidecar.target, namespace, 0, {"a": 1, "b": 2}, [])
-    assert c.hget(f"{key}:meta", "undo_mode") == b"copy"
+    assert c.hget(meta_key(namespace, "c", 0), "undo_mode") == b"copy"
     with TaskState(LocalContext(0, batch_id=0), component="c", namespace=namespace,
                    sidecar=sidecar.target) as s:  # fmt: skip
         assert dict(s) == {}
-    assert c.exists(f"{key}:data") == 0
+    assert c.exists(data_key(namespace, "c", 0)) == 0

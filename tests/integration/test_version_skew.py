@@ -21,6 +21,7 @@ import pytest
 
 from taskstate.client import LocalContext, TaskState, _session
 from taskstate.proto import taskstate_pb2 as pb
+from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 pytestmark = pytest.mark.integration
@@ -106,7 +107,7 @@ def _task(target: str, ns: str, batch: int) -> TaskState:
 
 
 def _stored(r: RedisServer, ns: str) -> dict[bytes, bytes]:
-    return r.client().hgetall(f"ts:{{{ns}/c/0}}:data")  # type: ignore[no-any-return]
+    return r.client().hgetall(data_key(ns, "c", 0))  # type: ignore[no-any-return]
 
 
 def test_new_client_commits_and_restores_through_an_older_sidecar(

@@ -23,7 +23,10 @@ def _storage(pages: list[tuple[str, int, dict[bytes, bytes]]], calls: list[int])
     st._check_epoch = AsyncMock()  # type: ignore[method-assign]
     it = iter(pages)
 
-    async def scan(key: str, cursor: int, count: int) -> tuple[str, int, dict[bytes, bytes]]:
+    async def scan(
+        key: str, cursor: int, count: int, match: str | None = None
+    ) -> tuple[str, int, dict[bytes, bytes]]:
+        assert match is None  # a restore reads every field
         calls.append(cursor)
         return next(it)
 

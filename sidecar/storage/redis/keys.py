@@ -1,0 +1,54 @@
+"""The only place that spells a Redis key of taskstate.
+
+Every key of a task carries the hash tag `{namespace/component/partition}`, so a task lives
+in one Redis Cluster slot and one script can touch all its keys:
+
+- `ts:{ns/comp/p}:data`  hash, field = user key, value = encoded value
+- `ts:{ns/comp/p}:meta`  hash: layout, codec, batch, epoch, pos, gen, ver, the claim
+  (claim, claim_batch, superseded), the rollback bookkeeping, updated_at, last_writer, ...
+- `ts:{ns/comp/p}:undo`  hash: the rollback record of the last written batch
+- `ts:idx:{ns}`          set of `component/partition`: only an index, for listing
+
+Tests, benchmarks and tools that look at Redis directly use these functions too.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from taskstate.proto.ids import fq_task_id
+
+from ..base import TaskKey
+
+Kind = Literal["data", "meta", "undo"]
+
+
+def task_key(namespace: str, component: str, partition: int | str, kind: Kind) -> str:
+    """One key of a task (`partition` may be a glob such as `*` in a SCAN pattern)."""
+    return f"ts:{{{fq_task_id(namespace, component, partition)}}}:{kind}"
+
+
+def data_key(namespace: str, component: str, partition: int | str) -> str:
+    """The task's state hash."""
+    return task_key(namespace, component, partition, "data")
+
+
+def meta_key(namespace: str, component: str, partition: int | str) -> str:
+    """The task's metadata hash."""
+    return task_key(namespace, component, partition, "meta")
+
+
+def task_keys(task: TaskKey) -> tuple[str, str, str]:
+    """(meta, data, undo) keys of a task, in the order the scripts take them."""
+    n, c, p = task.namespace, task.component, task.partition
+    return task_key(n, c, p, "meta"), task_key(n, c, p, "data"), task_key(n, c, p, "undo")
+
+
+def index_key(namespace: str) -> str:
+    """The per-namespace index set (its own slot)."""
+    return "ts:idx:{" + namespace + "}"
+
+
+def namespace_pattern(namespace: str) -> str:
+    """A SCAN pattern for every key of a namespace's tasks and its index."""
+    return f"ts:*{namespace}*"
