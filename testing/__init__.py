@@ -3,7 +3,8 @@
 - `FakeSidecar`: the sidecar's gRPC service over in-memory storage, in-process, with
   fault injection (`fake.storage.fail_next(op, exc)`). No Redis needed.
 - `RedisServer`, `SidecarProcess`: a real redis-server and the real sidecar on
-  temporary Unix sockets, each killable (`kill()` sends SIGKILL).
+  temporary Unix sockets, each killable (`kill()` sends SIGKILL). A sidecar started with
+  `extra=["--metrics-port", "0"]` reads its own metrics: `side.metrics()`.
 """
 
 from .fake import FakeSidecar

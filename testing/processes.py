@@ -7,12 +7,14 @@ Every process runs in its own session (process group) so that it can be killed w
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -182,6 +184,21 @@ class SidecarProcess:
         """`unix:///…/sidecar.sock`, for TaskState(sidecar=...) or TASKSTATE_SIDECAR."""
         return f"unix://{self.socket}"
 
+    @property
+    def metrics_url(self) -> str:
+        """The /metrics address its ready line names (start it with `--metrics-port 0`)."""
+        m = re.search(r"metrics (http://\S+)", self.ready_line)
+        if m is None:
+            raise RuntimeError(
+                "the sidecar's ready line names no metrics endpoint; start it with "
+                f"extra=['--metrics-port', '0']: {self.ready_line!r}"
+            )
+        return m.group(1).replace("0.0.0.0", "127.0.0.1")  # noqa: S104 - where to reach it
+
+    def metrics(self) -> dict[str, float]:
+        """Every sample of its /metrics now: `name{labels}` -> value."""
+        return scrape_metrics(self.metrics_url)
+
     def start(self, timeout: float = 30.0) -> SidecarProcess:
         """Start the sidecar and wait for its ready line."""
         self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in kill()
@@ -237,3 +254,15 @@ class SidecarProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.kill()
+
+
+def scrape_metrics(url: str) -> dict[str, float]:
+    """`name{labels}` -> value, for every sample of a Prometheus exposition at `url`."""
+    with urllib.request.urlopen(url, timeout=5) as r:  # noqa: S310 - a local endpoint
+        text = r.read().decode()
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out

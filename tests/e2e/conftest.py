@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
+from typing import Any
 
+import orjson
 import pytest
 
+from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess, find_redis_server
 
 pytestmark = pytest.mark.e2e
@@ -52,3 +55,12 @@ def plugin_jar(spark_ready: None, tmp_path_factory: pytest.TempPathFactory) -> s
     from taskstate.spark_plugin.package import build_jar
 
     return str(build_jar(tmp_path_factory.mktemp("jar")))
+
+
+def stored_state(redis: RedisServer, namespace: str, component: str) -> dict[str, Any]:
+    """Every partition's committed state of a component, read straight from Redis."""
+    c = redis.client()
+    out: dict[str, Any] = {}
+    for key in c.scan_iter(match=data_key(namespace, component, "*")):
+        out.update({k.decode(): orjson.loads(v) for k, v in c.hgetall(key).items()})
+    return out

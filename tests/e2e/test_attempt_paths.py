@@ -21,13 +21,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
-from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.spark_plugin import configure, with_batch_id
 from taskstate.spark_plugin.jobs import SOURCE_NAME, key_of, register_source
 from taskstate.testing import RedisServer, SidecarProcess
+
+from .conftest import stored_state
 
 pytestmark = pytest.mark.e2e
 
@@ -93,14 +93,6 @@ def counts() -> dict[str, int]:
     return dict(collections.Counter(key_of(i, KEYS) for i in range(BATCHES * PER_BATCH)))
 
 
-def stored(redis: RedisServer, ns: str, component: str) -> dict[str, Any]:
-    c = redis.client()
-    out: dict[str, Any] = {}
-    for key in c.scan_iter(match=data_key(ns, component, "*")):
-        out.update({k.decode(): orjson.loads(v) for k, v in c.hgetall(key).items()})
-    return out
-
-
 def counting_step(prefix: str, sidecar: str) -> Any:
     """A mapInPandas step counting events per key in component 'chain', keys `prefix:k`."""
 
@@ -140,7 +132,7 @@ def test_a_chain_of_two_steps_shares_the_attempt_claim(
     assert len(out) == BATCHES * PER_BATCH
     assert all(r.pid_a != r.pid_b for r in out), "both steps ran in one process"
     want = counts()
-    state = stored(redis_server, ns, "chain")
+    state = stored_state(redis_server, ns, "chain")
     assert state == {f"{p}:{k}": n for p in ("a", "b") for k, n in want.items()}
 
 
@@ -176,7 +168,7 @@ def test_foreach_batch_with_two_jobs_over_the_state_counts_once(
     )
     run(q, tmp_path / "ck")
     assert seen == [0] * BATCHES
-    assert stored(redis_server, ns, "totals") == counts()
+    assert stored_state(redis_server, ns, "totals") == counts()
 
 
 def test_transform_with_state_timers_through_task_state_processor(
@@ -238,7 +230,7 @@ def test_transform_with_state_timers_through_task_state_processor(
     closed: collections.Counter[str] = collections.Counter()
     for r in out:
         closed[r.key] += r.closed
-    still_open = stored(redis_server, ns, "tws")
+    still_open = stored_state(redis_server, ns, "tws")
     # every event counted exactly once: in a closed session or in one still open
     assert sum(closed.values()) > 0, "no timer fired"
     total = {k: closed.get(k, 0) + still_open.get(k, 0) for k in counts()}

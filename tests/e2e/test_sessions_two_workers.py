@@ -13,23 +13,21 @@ from __future__ import annotations
 
 import collections
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
-from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.spark_plugin.jobs import kill_process_groups, read_output_files
 from taskstate.testing import RedisServer, SidecarProcess
+
+from .conftest import stored_state
 
 pytestmark = pytest.mark.e2e
 
@@ -49,21 +47,6 @@ class Runs:
         ).start()
         self.prefix = f"sess-{uuid.uuid4().hex[:6]}"
         self.children: list[subprocess.Popen[bytes]] = []
-
-    @property
-    def metrics_url(self) -> str:
-        m = re.search(r"metrics (http://\S+)", self.sidecar.ready_line)
-        assert m, self.sidecar.ready_line
-        return m.group(1).replace("0.0.0.0", "127.0.0.1")  # noqa: S104
-
-    def metrics(self) -> dict[str, float]:
-        with urllib.request.urlopen(self.metrics_url, timeout=5) as r:  # noqa: S310
-            lines = r.read().decode().splitlines()
-        return {
-            name: float(value)
-            for name, _, value in (ln.rpartition(" ") for ln in lines if not ln.startswith("#"))
-            if name
-        }
 
     def start(self, name: str, state: str, *extra: str) -> subprocess.Popen[bytes]:
         d = self.workdir / name
@@ -127,13 +110,6 @@ class Runs:
                 served[line.split()[0]].add(log.name)
         return sum(1 for pids in served.values() if len(pids) > 1)
 
-    def state(self, name: str) -> dict[str, Any]:
-        c = self.redis.client()
-        out: dict[str, Any] = {}
-        for key in c.scan_iter(match=data_key(f"{self.prefix}-{name}", "sessions", "*")):
-            out.update({k.decode(): orjson.loads(v) for k, v in c.hgetall(key).items()})
-        return out
-
 
 @pytest.fixture(scope="module")
 def runs(
@@ -155,7 +131,9 @@ def check_equals_reference(runs: Runs, name: str) -> None:
     assert got == reference, f"{name}: {len(set(got) ^ set(reference))} rows differ"
     # every session closed and its state removed; only the sentinel word's is still open
     (end,) = [row for row in reference if row[1] == "~end"]
-    assert runs.state(name) == {"~end": [end[2], end[3], end[4]]}
+    assert stored_state(runs.redis, f"{runs.prefix}-{name}", "sessions") == {
+        "~end": [end[2], end[3], end[4]]
+    }
 
 
 def test_clean_run_with_pooled_workers_equals_group_state(runs: Runs) -> None:
@@ -164,9 +142,9 @@ def test_clean_run_with_pooled_workers_equals_group_state(runs: Runs) -> None:
 
 
 def test_every_attempt_split_over_two_workers_keeps_its_commits(runs: Runs) -> None:
-    before = runs.metrics()
+    before = runs.sidecar.metrics()
     runs.run("two-workers", "taskstate", reuse="false")
-    after = runs.metrics()
+    after = runs.sidecar.metrics()
     check_equals_reference(runs, "two-workers")
     split = runs.attempts_in_two_processes("two-workers")
     assert split >= 5, f"only {split} task attempts ran in two Python workers"

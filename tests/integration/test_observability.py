@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import re
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import pytest
 
 from taskstate.client import FencedError, LocalContext, TaskState, _session
 from taskstate.testing import RedisServer, SidecarProcess
+from taskstate.testing.processes import scrape_metrics as scrape
 
 pytestmark = pytest.mark.integration
 
@@ -22,25 +21,10 @@ def observed(redis_server: RedisServer, tmp_path: Path) -> Iterator[tuple[Sideca
     side = SidecarProcess(
         redis_server.url, tmp_path / "s.sock", extra=["--metrics-port", "0", "--log-level", "debug"]
     ).start()
-    m = re.search(r"metrics (http://\S+)", side.ready_line)
-    assert m, f"the ready line names no metrics endpoint: {side.ready_line!r}"
-    url = m.group(1).replace("0.0.0.0", "127.0.0.1")  # noqa: S104
     try:
-        yield side, url
+        yield side, side.metrics_url
     finally:
         side.kill()
-
-
-def scrape(url: str) -> dict[str, float]:
-    """`name{labels}` -> value, for every sample of the exposition text."""
-    with urllib.request.urlopen(url, timeout=5) as r:  # noqa: S310 - our own endpoint
-        text = r.read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            out[name] = float(value)
-    return out
 
 
 def ts(side: SidecarProcess, ns: str, batch: int) -> TaskState:
@@ -104,9 +88,7 @@ def test_metrics_count_redis_retries_and_health(tmp_path: Path, namespace: str) 
     proxy = LossyProxy(str(redis.socket))
     side = SidecarProcess(proxy.url, tmp_path / "s.sock", extra=["--metrics-port", "0"]).start()
     try:
-        m = re.search(r"metrics (http://\S+)", side.ready_line)
-        assert m
-        url = m.group(1).replace("0.0.0.0", "127.0.0.1")  # noqa: S104
+        url = side.metrics_url
         with ts(side, namespace, 0) as s:
             s["a"] = 1
         with ts(side, namespace, 1) as s:
