@@ -481,6 +481,13 @@ class Demo:
                 self.say(f"      {name}: fault: {text}")
 
 
+_FAULT_MARKS = {
+    "worker": "worker killed",
+    "sidecar": "sidecar killed",
+    "restart": "query killed, restarted",
+}
+
+
 def fault_batches(batches: int, faults: str) -> dict[str, int]:
     """Where each fault of `--faults` strikes: at 1/4, 1/2 and 3/4 of the run."""
     at = {"worker": max(1, batches // 4), "sidecar": max(1, batches // 2)}
@@ -517,7 +524,7 @@ def chart(
         for kind, b in marks.get(name, {}).items():
             ax.axvline(b, color="grey", linestyle="--", linewidth=1)
             ax.annotate(
-                f"{kind} killed", (b, 1), xycoords=("data", "axes fraction"), rotation=90,
+                _FAULT_MARKS[kind], (b, 1), xycoords=("data", "axes fraction"), rotation=90,
                 fontsize=7, va="top", ha="right", color="grey",
             )  # fmt: skip
         ax.set_title(labels[name])
