@@ -23,7 +23,7 @@ from .retry import RetryPolicy, is_permanent_connection_error
 from .service import SERVICE_NAME, Limits, TaskStateServicer, add_to_server
 from .storage.base import Storage
 from .storage.connect import RedisSettings, RedisUrlError, redact
-from .storage.redis_backend import RedisStorage
+from .storage.redis.store import RedisStorage
 
 log = logging.getLogger("taskstate.sidecar")
 

@@ -19,7 +19,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from taskstate.sidecar.server import Sidecar, SidecarConfig
-from taskstate.sidecar.storage.memory_backend import MemoryStorage
+from taskstate.sidecar.storage.memory.store import MemoryStorage
 
 
 class FakeSidecar:

@@ -13,9 +13,9 @@ import pytest
 
 from taskstate.sidecar.errors import SidecarError
 from taskstate.sidecar.storage.base import Durability, TaskKey
-from taskstate.sidecar.storage.memory_backend import MemoryStorage
+from taskstate.sidecar.storage.memory.store import MemoryStorage
 from taskstate.sidecar.storage.redis.keys import task_keys
-from taskstate.sidecar.storage.redis_backend import RedisStorage
+from taskstate.sidecar.storage.redis.store import RedisStorage
 from taskstate.testing import RedisServer
 
 pytestmark = pytest.mark.integration

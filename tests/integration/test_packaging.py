@@ -44,14 +44,14 @@ def test_pip_install_dot_works_from_another_directory(tmp_path: Path) -> None:
         check=False,
     )
     assert r.returncode == 0, r.stderr[-3000:]
-    assert (target / "taskstate" / "sidecar" / "storage" / "commit.lua").exists()
+    assert (target / "taskstate" / "sidecar" / "storage" / "redis" / "lua" / "commit.lua").exists()
     assert (target / "taskstate" / "proto" / "taskstate_pb2.pyi").exists()
     assert not (target / "taskstate" / "__init__.py").exists()  # a namespace package
     assert not (ROOT / "build").exists()
     code = (
-        "import taskstate.client as c, taskstate.sidecar.storage.redis_backend as rb, "
+        "import taskstate.client as c, taskstate.sidecar.storage.redis.scripts as rb, "
         "taskstate.proto.taskstate_pb2_grpc, taskstate.cli.main;"
-        "print(c.__file__); rb._script('commit')"
+        "print(c.__file__); rb.load_all()"
     )
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

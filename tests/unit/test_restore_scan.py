@@ -10,7 +10,7 @@ import pytest
 
 from taskstate.sidecar.errors import SidecarError
 from taskstate.sidecar.storage.base import TaskKey
-from taskstate.sidecar.storage.redis_backend import RedisStorage
+from taskstate.sidecar.storage.redis.store import RedisStorage
 
 
 async def _collect(st: RedisStorage) -> list[list[tuple[str | bytes, bytes]]]:
@@ -19,7 +19,7 @@ async def _collect(st: RedisStorage) -> list[list[tuple[str | bytes, bytes]]]:
 
 def _storage(pages: list[tuple[str, int, dict[bytes, bytes]]], calls: list[int]) -> Any:
     st = RedisStorage("redis://127.0.0.1:1/0")
-    st._redis = MagicMock(hlen=AsyncMock(return_value=1_000_000))
+    st._conn.client = MagicMock(hlen=AsyncMock(return_value=1_000_000))
     st._check_epoch = AsyncMock()  # type: ignore[method-assign]
     it = iter(pages)
 
@@ -30,7 +30,7 @@ def _storage(pages: list[tuple[str, int, dict[bytes, bytes]]], calls: list[int])
         calls.append(cursor)
         return next(it)
 
-    st._scan_page = scan  # type: ignore[method-assign]
+    st.scan_page = scan  # type: ignore[method-assign]
     return st
 
 

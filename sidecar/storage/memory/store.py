@@ -12,8 +12,8 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-from .. import errors
-from .base import (
+from ... import errors
+from ..base import (
     Check,
     CommitResult,
     DoctorReport,

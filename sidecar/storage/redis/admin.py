@@ -1,0 +1,259 @@
+"""Operator calls on the Redis backend: describe, list, drop, read, import, doctor.
+
+None of these claims a task: they serve `taskstate` (the CLI) through the sidecar's
+admin RPCs. `RedisAdmin` is the half of `RedisStorage` (store.py) that holds them.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from itertools import chain
+from typing import Any
+
+import redis.exceptions as rex
+
+from taskstate.proto import codes
+
+from ... import errors
+from ...errors import SidecarError
+from ..base import LAYOUT_VERSION, Check, DoctorReport, Durability, ServerReport, TaskKey, TaskMeta
+from ..connect import RedisSettings, redact
+from .durability import DurabilityWaits, text
+from .keys import index_key, task_keys
+from .routing import Connection
+from .scan import ServerChangedError, hscan_pages
+
+
+class RedisAdmin:
+    """The operator half of the Redis backend (see store.RedisStorage)."""
+
+    settings: RedisSettings
+    _conn: Connection
+    _waits: DurabilityWaits
+
+    async def scan_page(
+        self, key: str, cursor: int, count: int, match: str | None = None
+    ) -> tuple[str, int, dict[Any, Any]]:
+        """One HSCAN page and the run id of the server that answered it."""
+        scan: tuple[Any, ...] = ("HSCAN", key, cursor, "COUNT", count)
+        if match is not None:
+            scan += ("MATCH", match)
+        _, replies = await self._conn.send(key, [scan, ("INFO", "server")])
+        for r in replies:
+            if isinstance(r, Exception):
+                raise r
+        (next_cursor, items), info = replies
+        return str(info.get("run_id", "")), int(next_cursor), items
+
+    async def version(self, task: TaskKey) -> str:
+        """The version token of the task's committed content."""
+        meta, _, _ = task_keys(task)
+        client = self._conn.client
+        gen, ver = await self._conn.run("version", lambda: client.hmget(meta, "gen", "ver"))
+        return f"{text(gen)}:{text(ver)}"
+
+    async def describe(self, task: TaskKey) -> TaskMeta:
+        """The task's metadata."""
+        meta, data, _ = task_keys(task)
+
+        async def call() -> Any:
+            pipe = self._conn.client.pipeline(transaction=False)
+            pipe.hgetall(meta)
+            pipe.hlen(data)
+            return await pipe.execute()
+
+        m, size = await self._conn.run("describe", call)
+        return self._meta(task, m, int(size))
+
+    @staticmethod
+    def _meta(task: TaskKey, m: dict[bytes, bytes], size: int) -> TaskMeta:
+        if not m:
+            return TaskMeta(task=task, exists=size > 0, size=size)
+
+        def num(name: str, default: str = "0") -> int:
+            try:
+                return int(text(m.get(name.encode())) or default)
+            except ValueError:
+                return -1
+
+        return TaskMeta(
+            task=task,
+            exists=True,
+            committed_batch=num("batch", "-1"),
+            epoch=num("epoch"),
+            position=m.get(b"pos"),
+            size=size,
+            version=f"{text(m.get(b'gen'))}:{text(m.get(b'ver'))}",
+            codec=text(m.get(b"codec")),
+            layout=num("layout", str(LAYOUT_VERSION)),
+            updated_at=float(text(m.get(b"updated_at")) or 0.0),
+            last_writer=text(m.get(b"last_writer")),
+            rollbacks=num("rollbacks"),
+        )
+
+    async def _index(self, task: TaskKey) -> None:
+        """Record the task in its namespace's index (for listing)."""
+        member = f"{task.component}/{task.partition}"
+        client = self._conn.client
+        await self._conn.run("index", lambda: client.sadd(index_key(task.namespace), member))
+
+    async def _members(self, namespace: str, component: str | None) -> list[TaskKey]:
+        client = self._conn.client
+        raw = await self._conn.run("list", lambda: client.smembers(index_key(namespace)))
+        tasks = []
+        for member in sorted(text(x) for x in raw):
+            comp, _, part = member.rpartition("/")
+            if (component is None or comp == component) and part.isdigit():
+                tasks.append(TaskKey(namespace, comp, int(part)))
+        tasks.sort(key=lambda t: (t.component, t.partition))
+        return tasks
+
+    async def list_tasks(self, namespace: str, component: str | None) -> list[TaskMeta]:
+        """Every indexed task of the namespace (optionally one component)."""
+        return [await self.describe(t) for t in await self._members(namespace, component)]
+
+    async def drop(self, namespace: str, component: str | None, partition: int | None) -> int:
+        """Delete the tasks' keys and their index entries."""
+        if partition is not None and component is not None:
+            targets = [TaskKey(namespace, component, partition)]
+        else:
+            targets = await self._members(namespace, component)
+        dropped = 0
+        client = self._conn.client
+        for t in targets:
+            keys = task_keys(t)
+
+            async def call(keys: tuple[str, str, str] = keys, t: TaskKey = t) -> Any:
+                n = await client.delete(*keys)
+                await client.srem(index_key(namespace), f"{t.component}/{t.partition}")
+                return n
+
+            if await self._conn.run("drop", call):
+                dropped += 1
+        return dropped
+
+    async def read(
+        self, task: TaskKey, pattern: str | None, max_fields: int
+    ) -> AsyncIterator[Sequence[tuple[str | bytes, bytes]]]:
+        """The committed state without a claim; CHANGED when a commit lands meanwhile.
+
+        The version token moves on every commit and rollback, so equal tokens before and
+        after the scan mean every page came from one committed state.
+        """
+        meta, data, _ = task_keys(task)
+        before = await self.describe(task)
+        if not before.exists:
+            raise errors.not_found(task.fq, task.namespace)
+        try:
+            async for items in hscan_pages(
+                self._conn.run, self.scan_page, data, max_fields, pattern, "read"
+            ):
+                yield list(items.items())
+        except ServerChangedError:
+            pass  # another server answers now: what was sent may not be one version
+        else:
+            if await self.version(task) == before.version:
+                return
+        raise SidecarError(
+            codes.CHANGED,
+            f"task {task.fq}: the state changed while it was read (a commit, a rollback or "
+            "a failover). What was sent is not one version: read it again.",
+        )
+
+    async def import_task(
+        self,
+        task: TaskKey,
+        entries: Sequence[tuple[str, bytes]],
+        *,
+        committed_batch: int,
+        position: bytes | None,
+        codec: str,
+        replace: bool,
+        append_epoch: int | None,
+    ) -> tuple[int, int]:
+        """Create or extend a task from exported state; see base.Storage.import_task."""
+        meta, data, undo = task_keys(task)
+        mode = "append" if append_epoch is not None else "replace" if replace else "create"
+        args: list[Any] = [
+            mode,
+            str(append_epoch or 0),
+            str(committed_batch),
+            b"" if position is None else b"+" + position,
+            codec,
+            uuid.uuid4().hex,
+            f"{time.time():.3f}",
+            *chain.from_iterable(entries),
+        ]
+
+        async def call() -> Any:
+            return await self._conn.evalsha("import", (meta, data, undo), args)
+
+        try:
+            r = await self._conn.run("import", call)
+        except rex.ResponseError as exc:
+            kind, _, detail = str(exc).partition(" ")
+            if kind == "TSEXISTS":
+                raise errors.already_exists(task.fq) from None
+            if kind == "TSFENCED":
+                raise SidecarError(
+                    codes.FENCED,
+                    f"task {task.fq}: another import or a running job claimed the task during "
+                    f"this import (epoch now {detail}); its state is incomplete. Stop the job "
+                    "and import again with --replace.",
+                ) from None
+            raise
+        await self._index(task)
+        return int(r[0]), int(r[1])
+
+    async def namespaces(self) -> list[str]:
+        """Every namespace with an index set (SCAN on every primary)."""
+        head, tail = index_key("*").split("*")  # the index key around the namespace
+        client = self._conn.client
+
+        async def call() -> list[str]:
+            found = set()
+            async for key in client.scan_iter(match=index_key("*"), count=1000):
+                found.add(text(key)[len(head) : -len(tail)])
+            return sorted(found)
+
+        return await self._conn.run("list", call)
+
+    async def doctor(self, durability: Durability) -> DoctorReport:
+        """Topology, each primary's version and persistence, and whether `durability` holds."""
+        conn = self._conn
+        infos = await conn.run("doctor", lambda: conn.each_server("INFO"))
+        try:
+            configs = await conn.run(
+                "doctor", lambda: conn.each_server("CONFIG", "GET", "appendfsync")
+            )
+            fsyncs = [text(c.get("appendfsync") or c.get(b"appendfsync")) for c in configs]
+        except rex.ResponseError:  # the sidecar's user may not run CONFIG
+            fsyncs = ["?"] * len(infos)
+        if conn.kind == "cluster":  # each_server went through the primaries in this order
+            addresses = [f"{n.host}:{n.port}" for n in conn.client.get_primaries()]
+        else:
+            addresses = [redact(self.settings.url)]
+        servers = [
+            ServerReport(
+                address=address,
+                role=str(info.get("role", "?")),
+                version=str(info.get("redis_version", "?")),
+                aof_enabled=bool(int(info.get("aof_enabled", 0))),
+                appendfsync=fsync or "?",
+                connected_replicas=int(info.get("connected_slaves", 0)),
+            )
+            for address, info, fsync in zip(addresses, infos, fsyncs, strict=False)
+        ]
+        checks = [Check("redis reachable", True, f"{len(servers)} primary server(s) answered")]
+        checks.append(await self._waits.doctor_check(durability, servers))
+        return DoctorReport(topology=conn.kind, servers=servers, checks=checks)
+
+    async def ping(self) -> None:
+        """Raise when Redis (every primary of a cluster) cannot be reached."""
+        await self._conn.ping()
+
+    async def close(self) -> None:
+        """Close the connection pool."""
+        await self._conn.close()

@@ -1,0 +1,228 @@
+"""The Redis backend: task state in hashes, the protocol in atomic Lua scripts (lua/).
+
+The keys (one Redis Cluster slot per task) are spelled in keys.py only; routing.py finds
+the server, durability.py waits for the level asked, admin.py holds the operator calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from itertools import chain
+from typing import Any
+
+import redis.exceptions as rex
+
+from taskstate.proto import codes
+
+from ... import errors
+from ...errors import SidecarError
+from ...retry import RetryPolicy
+from ..base import CommitResult, Durability, OpenResult, TaskKey
+from ..connect import RedisSettings
+from .admin import RedisAdmin
+from .durability import DurabilityWaits, text
+from .keys import task_keys
+from .routing import Connection
+from .scan import ServerChangedError, hscan_pages
+
+log = logging.getLogger("taskstate.sidecar.redis")
+
+_GET_CHUNK = 2000
+# Below this many fields a restore reads the hash in one HGETALL; above, HSCAN pages.
+_HGETALL_MAX = 5000
+
+
+def script_error(
+    task: TaskKey, exc: rex.ResponseError, batch: int | None, codec: str = ""
+) -> Exception:
+    """Turn a script's TS* error reply into a SidecarError."""
+    kind, _, detail = str(exc).partition(" ")
+    if kind == "TSFENCED":
+        return errors.fenced(task.fq, detail)
+    if kind == "TSAHEAD":
+        return errors.state_ahead(task.fq, detail, batch)
+    if kind == "TSNOUNDO":
+        return errors.cannot_roll_back(task.fq, detail)
+    if kind == "TSCODEC":
+        return errors.codec_mismatch(task.fq, detail, codec)
+    if kind == "TSCORRUPT":
+        return errors.corrupt(task.fq, detail)
+    return exc
+
+
+class RedisStorage(RedisAdmin):
+    """Task state in Redis: standalone, Sentinel-managed or Cluster (see connect.py)."""
+
+    def __init__(
+        self,
+        redis: str | RedisSettings,
+        *,
+        retry: RetryPolicy | None = None,
+        socket_timeout_s: float | None = None,
+        durability_timeout_ms: int = 5000,
+        fsync_check_ttl_s: float = 5.0,
+    ) -> None:
+        self.settings = redis if isinstance(redis, RedisSettings) else RedisSettings(url=redis)
+        retry = retry or RetryPolicy()
+        if socket_timeout_s is None:
+            # long enough for WAIT/WAITAOF; a hung server is cut off by the retry deadline
+            socket_timeout_s = max(retry.deadline_s, durability_timeout_ms / 1000 + 2)
+        self._conn = Connection(self.settings, retry, socket_timeout_s)
+        self._waits = DurabilityWaits(self._conn, durability_timeout_ms, fsync_check_ttl_s)
+
+    @property
+    def kind(self) -> str:
+        """The topology: standalone, sentinel or cluster."""
+        return self._conn.kind
+
+    # -- protocol -------------------------------------------------------------
+
+    async def open(
+        self,
+        task: TaskKey,
+        batch: int | None,
+        *,
+        codec: str,
+        writer: str,
+        durability: Durability,
+        attempt: str = "",
+    ) -> OpenResult:
+        """Claim the task; see base.Storage.open."""
+        if durability.fsynced:
+            await self._waits.check_fsync(task)
+        meta, data, undo = task_keys(task)
+        args = [
+            "" if batch is None else str(batch),
+            uuid.uuid4().hex,
+            f"{time.time():.3f}",
+            writer,
+            codec,
+            attempt,
+        ]
+
+        async def call() -> Any:
+            return await self._conn.evalsha("open", (meta, data, undo), args)
+
+        try:
+            r = await self._conn.run("open", call)
+        except rex.ResponseError as exc:
+            raise script_error(task, exc, batch, codec) from None
+        await self._index(task)
+        return OpenResult(
+            epoch=int(r[0]),
+            committed_batch=int(r[1]),
+            position=r[2] if int(r[3]) else None,
+            size=int(r[4]),
+            version=text(r[5]),
+            rolled_back=bool(int(r[6])),
+            rolled_back_keys=int(r[7]),
+            reused_claim=bool(int(r[8])),
+        )
+
+    async def restore(
+        self, task: TaskKey, epoch: int, max_fields: int
+    ) -> AsyncIterator[Sequence[tuple[str | bytes, bytes]]]:
+        """Yield the state in chunks; memory is bounded by one chunk, not the state."""
+        meta, data, _ = task_keys(task)
+        conn = self._conn
+        await self._check_epoch(task, meta, epoch)
+        size = await conn.run("restore", lambda: conn.client.hlen(data))
+        if size <= min(_HGETALL_MAX, max_fields):
+            items: dict[Any, Any] = await conn.run("restore", lambda: self._hgetall(data))
+            yield list(items.items())  # keys stay UTF-8 bytes: no per-field work
+        else:
+            # A server change mid-scan starts the scan again (scan.py): fields sent
+            # twice are identical (the epoch fences writers), so the client just overwrites.
+            restarts = 0
+            while True:
+                try:
+                    async for items in hscan_pages(
+                        conn.run, self.scan_page, data, max_fields, None, "restore"
+                    ):
+                        yield list(items.items())  # keys stay UTF-8 bytes: no per-field work
+                    break
+                except ServerChangedError:
+                    restarts += 1
+                    if restarts > 5:
+                        raise SidecarError(
+                            codes.STORAGE_UNAVAILABLE,
+                            f"task {task.fq}: the Redis server holding the state changed 5 "
+                            "times during one restore. Retry when the failover or slot "
+                            "migration is over.",
+                        ) from None
+                    log.warning(
+                        "the server changed during a restore: scanning again",
+                        extra={"task": task.fq},
+                    )
+        # A newer claim during the scan makes what we sent unreliable: fail, do not guess.
+        await self._check_epoch(task, meta, epoch)
+
+    async def _hgetall(self, key: str) -> dict[Any, Any]:
+        items: dict[Any, Any] = await self._conn.client.hgetall(key)
+        return items
+
+    async def _check_epoch(self, task: TaskKey, meta: str, epoch: int) -> None:
+        client = self._conn.client
+        current = await self._conn.run("epoch", lambda: client.hget(meta, "epoch"))
+        if current is None or int(current) != epoch:
+            raise errors.fenced(task.fq, text(current) or "none")
+
+    async def commit(
+        self,
+        task: TaskKey,
+        epoch: int,
+        batch: int | None,
+        upserts: Sequence[tuple[str, bytes]],
+        deletes: Sequence[str],
+        position: bytes | None,
+        *,
+        writer: str,
+        durability: Durability,
+    ) -> CommitResult:
+        """Apply one change set atomically; see base.Storage.commit."""
+        meta, data, undo = task_keys(task)
+        args: list[Any] = [
+            str(epoch),
+            "" if batch is None else str(batch),
+            b"" if position is None else b"+" + position,
+            f"{time.time():.3f}",
+            writer,
+            str(len(upserts)),
+            *chain.from_iterable(upserts),
+            *deletes,
+        ]
+        wait = await self._waits.wait_for(durability, task)
+
+        async def call() -> Any:
+            return await self._conn.evalsha("commit", (meta, data, undo), args, wait)
+
+        try:
+            r = await self._conn.run("commit", call)
+        except rex.ResponseError as exc:
+            raise script_error(task, exc, batch) from None
+        acked = 0
+        if wait:
+            r, ack = r[0], r[1]
+            acked = self._waits.check_acks(task, durability, wait, ack)
+        return CommitResult(
+            version=text(r[0]), size=int(r[1]), replicas_acked=acked, base_version=text(r[2])
+        )
+
+    async def get(self, task: TaskKey, epoch: int, keys: Sequence[str]) -> list[bytes | None]:
+        """Read keys (remote mode), fenced by epoch."""
+        meta, data, _ = task_keys(task)
+        out: list[bytes | None] = []
+        for i in range(0, max(len(keys), 1), _GET_CHUNK):
+            part = list(keys[i : i + _GET_CHUNK])
+
+            async def call(part: list[str] = part) -> Any:
+                return await self._conn.evalsha("get", (meta, data), [str(epoch), *part])
+
+            try:
+                out.extend(await self._conn.run("get", call))
+            except rex.ResponseError as exc:
+                raise script_error(task, exc, None) from None
+        return out
