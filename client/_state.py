@@ -22,28 +22,21 @@ import os
 import socket
 from collections.abc import Iterator, MutableMapping
 from dataclasses import replace
-from itertools import chain
 from typing import Any, Literal
 
-import msgpack
 import orjson
 
 from taskstate.proto import taskstate_pb2 as pb
 
+from ._changes import MISSING, REENCODE, SCALARS, Changes, is_mutable
 from ._codec import CODECS, JsonCodec
 from ._config import TaskStateConfig
 from ._context import current_context, identity
-from ._errors import CodecError, ConfigError, LimitError, TaskStateError
+from ._errors import ConfigError, LimitError, TaskStateError
 from ._session import OpenInfo, Session, remember, sessions
 from ._transport import GrpcTransport
+from ._wire import ENTRY_OVERHEAD, REQUEST_HEADROOM, decode_chunk, pieces
 
-_MISSING: Any = object()
-_REENCODE: Any = object()  # in TaskState._written: a mutable value, encoded at commit
-_ENTRY_OVERHEAD = 16
-# Values of these types cannot change in place, and orjson encodes them exactly as the
-# JSON codec does (an int beyond 64 bits raises and takes the codec's path for its error).
-_SCALARS = (str, int, bool, type(None))
-_REQUEST_HEADROOM = 64 << 10
 _DURABILITY = {
     (False, False): pb.DURABILITY_APPLIED,
     (True, False): pb.DURABILITY_REPLICATED,
@@ -59,10 +52,6 @@ class Phase(enum.Enum):
     OPEN = "open"
     CLOSED = "closed"
     FAILED = "failed"
-
-
-def _is_mutable(value: Any) -> bool:
-    return isinstance(value, dict | list)
 
 
 class TaskState(MutableMapping[str, Any]):
@@ -131,9 +120,9 @@ class TaskState(MutableMapping[str, Any]):
         self._session: Session | None = None
         self._data: dict[str, Any] = {}
         self._absent: set[str] = set()  # remote mode: keys known not to exist
-        # key -> encoding at write; None: deleted; _REENCODE: a dict/list, encoded at commit
-        self._written: dict[str, bytes | None] = {}
-        self._snap: dict[str, bytes] = {}  # mutable values read: encoding when first read
+        self._changes = Changes(self.task_id, self._codec)
+        self._written = self._changes.written  # the hot paths below skip an attribute
+        self._snap = self._changes.snap
 
     # -- identity -------------------------------------------------------------
 
@@ -277,25 +266,10 @@ class TaskState(MutableMapping[str, Any]):
         data: dict[str, Any] = {}
         decode = self._codec.decode
         task = self.task_id
-        loads = orjson.loads if self._json else None
+        json = self._json
 
         def on_chunk(chunk: pb.RestoreChunk) -> None:
-            for e in chunk.entries:
-                data[e.key] = decode(task, e.key, e.value)
-            if chunk.packed:
-                try:
-                    flat = msgpack.unpackb(chunk.packed, raw=False)
-                except UnicodeDecodeError:  # stored bytes that are not UTF-8: name the key
-                    flat = _name_bad_utf8(task, msgpack.unpackb(chunk.packed, raw=True))
-                keys, values = flat[0::2], flat[1::2]
-                if loads is not None:
-                    try:
-                        data.update(zip(keys, map(loads, values), strict=True))
-                        return
-                    except orjson.JSONDecodeError:
-                        pass  # the slow path below names the bad key
-                for k, v in zip(keys, values, strict=True):
-                    data[k] = decode(task, k, v)
+            decode_chunk(task, chunk, decode, json, data)
 
         version = self._transport.restore(
             pb.RestoreRequest(task=self._pb_task(), epoch=session.epoch, packed=True),
@@ -333,36 +307,11 @@ class TaskState(MutableMapping[str, Any]):
         self.phase = Phase.FAILED
         session.data = None
         self._data = {}
-        self._written.clear()
-        self._snap.clear()
+        self._changes.clear()
 
     # -- commit -----------------------------------------------------------------
 
-    def _changes(self) -> tuple[list[tuple[str, bytes]], list[str]]:
-        upserts: list[tuple[str, bytes]] = []
-        deletes: list[str] = []
-        enc = self._codec.encode
-        get = self._data.get
-        add = upserts.append
-        for key, cached in self._written.items():
-            if cached.__class__ is bytes:
-                add((key, cached))  # a value that cannot have changed since its assignment
-            elif cached is None:
-                deletes.append(key)
-            else:  # _REENCODE: a dict or list, maybe changed in place after the assignment
-                add((key, enc(self.task_id, key, get(key))))
-        for key, before in self._snap.items():
-            if key in self._written:
-                continue
-            value = self._data.get(key, _MISSING)
-            if value is _MISSING:
-                continue
-            now = enc(self.task_id, key, value)
-            if now != before:
-                upserts.append((key, now))
-        return upserts, deletes
-
-    def commit(self, position: Any = _MISSING) -> None:
+    def commit(self, position: Any = MISSING) -> None:
         """Commit what changed since the last commit, atomically, fenced by the epoch.
 
         Called by `__exit__`; call it yourself for checkpoints in long batch tasks. With
@@ -370,15 +319,15 @@ class TaskState(MutableMapping[str, Any]):
         continues after it.
         """
         session = self._require_open()
-        upserts, deletes = self._changes()
+        upserts, deletes = self._changes.collect(self._data)
         pos = None
-        if position is not _MISSING:
+        if position is not MISSING:
             pos = self._codec.encode(self.task_id, "<position>", position)
         c = self.config
-        budget = c.max_message_bytes - _REQUEST_HEADROOM
-        parts = _pieces(self.task_id, upserts, deletes, budget, session.packed)
+        budget = c.max_message_bytes - REQUEST_HEADROOM
+        parts = pieces(self.task_id, upserts, deletes, budget, session.packed)
         if len(parts) > 1 and self._ident.batch is None:
-            total = sum(len(k) + len(v) + _ENTRY_OVERHEAD for k, v in upserts)
+            total = sum(len(k) + len(v) + ENTRY_OVERHEAD for k, v in upserts)
             raise LimitError(
                 f"task {self.task_id}: this commit is {total} bytes, over the message limit of "
                 f"{c.max_message_bytes} bytes (TASKSTATE_MAX_MESSAGE_BYTES). Nothing was "
@@ -417,17 +366,16 @@ class TaskState(MutableMapping[str, Any]):
             raise
         if pos is not None:
             session.position = pos
-        self._written.clear()
-        self._snap.clear()
+        self._changes.clear()
 
     # -- MutableMapping -----------------------------------------------------------
 
     def _lookup(self, key: str) -> Any:
-        value = self._data.get(key, _MISSING)
-        if value is not _MISSING or self.config.mode == "mirror":
+        value = self._data.get(key, MISSING)
+        if value is not MISSING or self.config.mode == "mirror":
             return value
         if key in self._absent or not isinstance(key, str):
-            return _MISSING
+            return MISSING
         session = self._require_open()
         r = self._transport.multi_get(
             pb.GetRequest(task=self._pb_task(), epoch=session.epoch, keys=[key]), self.task_id
@@ -435,7 +383,7 @@ class TaskState(MutableMapping[str, Any]):
         found = r.values[0]
         if not found.found:
             self._absent.add(key)
-            return _MISSING
+            return MISSING
         value = self._codec.decode(self.task_id, key, found.value)
         self._data[key] = value
         return value
@@ -443,9 +391,9 @@ class TaskState(MutableMapping[str, Any]):
     def __getitem__(self, key: str) -> Any:
         self._require_open()
         value = self._lookup(key)
-        if value is _MISSING:
+        if value is MISSING:
             raise KeyError(key)
-        if _is_mutable(value) and key not in self._written and key not in self._snap:
+        if is_mutable(value) and key not in self._written and key not in self._snap:
             self._snap[key] = self._codec.encode(self.task_id, key, value)
         return value
 
@@ -453,15 +401,15 @@ class TaskState(MutableMapping[str, Any]):
         if self.phase is not Phase.OPEN:
             self._require_open()
         # fail here, not at commit; the common scalar case skips the codec's checks
-        if self._json and value.__class__ in _SCALARS and key.__class__ is str:
+        if self._json and value.__class__ in SCALARS and key.__class__ is str:
             try:
                 encoded = orjson.dumps(value)
             except TypeError:
                 encoded = self._codec.encode(self.task_id, key, value)
         else:
             encoded = self._codec.encode(self.task_id, key, value)
-            if _is_mutable(value):
-                encoded = _REENCODE  # encoded above for the error; again at commit
+            if is_mutable(value):
+                encoded = REENCODE  # encoded above for the error; again at commit
         self._data[key] = value
         if self._absent:
             self._absent.discard(key)
@@ -469,7 +417,7 @@ class TaskState(MutableMapping[str, Any]):
 
     def __delitem__(self, key: str) -> None:
         self._require_open()
-        if self._lookup(key) is _MISSING:
+        if self._lookup(key) is MISSING:
             raise KeyError(key)
         del self._data[key]
         if self.config.mode == "remote":
@@ -478,7 +426,7 @@ class TaskState(MutableMapping[str, Any]):
 
     def __contains__(self, key: object) -> bool:
         self._require_open()
-        return isinstance(key, str) and self._lookup(key) is not _MISSING
+        return isinstance(key, str) and self._lookup(key) is not MISSING
 
     def _remote_keys(self) -> list[str]:
         session = self._require_open()
@@ -512,92 +460,3 @@ class TaskState(MutableMapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"TaskState({self.task_id!r}, mode={self.config.mode!r}, phase={self.phase.value})"
-
-
-def _name_bad_utf8(task: str, raw: list[bytes]) -> list[Any]:
-    """Raise the CodecError for the first stored key or value that is not UTF-8 text."""
-    for k, v in zip(raw[0::2], raw[1::2], strict=True):
-        key = k.decode(errors="replace")
-        try:
-            k.decode()
-            v.decode()
-        except UnicodeDecodeError:
-            raise CodecError(
-                f"task {task}: stored key {key[:80]!r} (or its value) is not UTF-8 text; it "
-                "was not written by taskstate. Operator action: inspect it with `taskstate "
-                f"show {task}` and fix or drop the key.",
-                task,
-            ) from None
-    return [x.decode() for x in raw]
-
-
-def _pack(items: Any) -> bytes:
-    """Msgpack array of str keys and bin values (the CommitRequest.packed_* form)."""
-    out: bytes = msgpack.packb(list(items), use_bin_type=True)
-    return out
-
-
-def _pieces(
-    task: str,
-    upserts: list[tuple[str, bytes]],
-    deletes: list[str],
-    budget: int,
-    packed: bool,
-) -> list[dict[str, Any]]:
-    """The change set as CommitRequest fields, in pieces under `budget` bytes each.
-
-    Packed (the sidecar reads `packed_*`): one msgpack blob per side, one C call each; the
-    blobs' length is the size check, so the common case never walks the entries in Python.
-    Otherwise the per-entry fields an older sidecar reads.
-    """
-    if packed:
-        ups = _pack(chain.from_iterable(upserts)) if upserts else b""
-        dels = _pack(deletes) if deletes else b""
-        if len(ups) + len(dels) + _ENTRY_OVERHEAD <= budget:
-            return [{"packed_upserts": ups, "packed_deletes": dels}]
-    out: list[dict[str, Any]] = []
-    for u, d in _split(task, upserts, deletes, budget):
-        if packed:
-            out.append({
-                "packed_upserts": _pack(chain.from_iterable(u)) if u else b"",
-                "packed_deletes": _pack(d) if d else b"",
-            })  # fmt: skip
-        else:
-            out.append({"upserts": [pb.Entry(key=k, value=v) for k, v in u], "deletes": d})
-    return out
-
-
-def _split(
-    task: str, upserts: list[tuple[str, bytes]], deletes: list[str], budget: int
-) -> list[tuple[list[tuple[str, bytes]], list[str]]]:
-    """Cut a change set into pieces under `budget` bytes; one entry over it is an error."""
-    # the common case, cheaply: a key is at most 4 bytes per character in UTF-8
-    keys = chain((k for k, _ in upserts), deletes)
-    upper = 4 * sum(map(len, keys)) + sum(len(v) for _, v in upserts)
-    if upper + _ENTRY_OVERHEAD * (len(upserts) + len(deletes)) <= budget:
-        return [(upserts, deletes)]
-    parts: list[tuple[list[tuple[str, bytes]], list[str]]] = [([], [])]
-    size = 0
-    for k, v in upserts:
-        n = len(k.encode()) + len(v) + _ENTRY_OVERHEAD
-        if n > budget:
-            raise LimitError(
-                f"task {task}: key {k[:80]!r} has a value of {len(v)} bytes, over the message "
-                f"limit "
-                f"({budget + _REQUEST_HEADROOM} bytes, TASKSTATE_MAX_MESSAGE_BYTES). Nothing "
-                "was sent. Split the value over several keys, or raise "
-                "TASKSTATE_MAX_MESSAGE_BYTES and the sidecar's --max-message-bytes together."
-            )
-        if size + n > budget and (parts[-1][0] or parts[-1][1]):
-            parts.append(([], []))
-            size = 0
-        parts[-1][0].append((k, v))
-        size += n
-    for k in deletes:
-        n = len(k.encode()) + _ENTRY_OVERHEAD
-        if size + n > budget and (parts[-1][0] or parts[-1][1]):
-            parts.append(([], []))
-            size = 0
-        parts[-1][1].append(k)
-        size += n
-    return parts

@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from itertools import chain
 from typing import Any, NoReturn, TypeVar
 
 import grpc
@@ -27,15 +26,13 @@ from . import metrics
 from .auth import Authorizer, Grant, visible
 from .errors import SidecarError
 from .logs import REQUEST
+from .restore import DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS, entries_chunk, pieces, stream_restore
 from .storage.base import Durability, Storage, TaskKey, TaskMeta
 
 log = logging.getLogger("taskstate.sidecar")
 T = TypeVar("T")
 
 MAX_BATCH = 2**53
-DEFAULT_CHUNK_FIELDS = 2000
-MAX_CHUNK_FIELDS = 20000
-CHUNK_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,25 +161,6 @@ def _naming_task(exc: SidecarError, request: Any) -> SidecarError:
     return SidecarError(exc.code, f"task {fq}: {exc.message}")
 
 
-def _pieces(
-    items: Sequence[tuple[str | bytes, bytes]],
-) -> list[Sequence[tuple[str | bytes, bytes]]]:
-    """`items` cut into pieces of about CHUNK_BYTES (usually one piece: a storage page)."""
-    total = sum(len(v) for _, v in items) + sum(len(k) for k, _ in items) + 8 * len(items)
-    if total <= CHUNK_BYTES:
-        return [items]
-    out: list[Sequence[tuple[str | bytes, bytes]]] = []
-    start, size = 0, 0
-    for i, (k, v) in enumerate(items):
-        size += len(k) + len(v) + 8
-        if size >= CHUNK_BYTES:
-            out.append(items[start : i + 1])
-            start, size = i + 1, 0
-    if start < len(items):
-        out.append(items[start:])
-    return out
-
-
 def _unpack_array(blob: bytes, fq: str, what: str) -> list[Any]:
     try:
         items = msgpack.unpackb(blob, raw=False, use_list=True, strict_map_key=True)
@@ -218,13 +196,6 @@ def _unpack_upserts(blob: bytes, fq: str) -> list[tuple[str, bytes]]:
         )
         raise _bad(f"task {fq}: key {bad[:80]!r} has an empty or non-binary encoded value")
     return list(zip(keys, values, strict=True))
-
-
-def _entries_chunk(piece: Sequence[tuple[str | bytes, bytes]]) -> pb.RestoreChunk:
-    """A chunk in the per-entry form (keys may come as Redis' UTF-8 bytes)."""
-    return pb.RestoreChunk(
-        entries=[pb.Entry(key=k if isinstance(k, str) else k.decode(), value=v) for k, v in piece]
-    )
 
 
 def _namespace_of(request: Any) -> str | None:
@@ -456,24 +427,10 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
         self, request: pb.RestoreRequest, context: aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.RestoreChunk]:
         async def run() -> AsyncIterator[pb.RestoreChunk]:
-            t0 = time.perf_counter()
             task = task_key(request.task)
             epoch = _epoch(request.epoch, task.fq)
-            n = max(1, min(request.max_fields or DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS))
-            sent = 0
-            async for items in self.storage.restore(task, epoch, n):
-                sent += len(items)
-                for piece in _pieces(items):
-                    if request.packed:
-                        # keys and values as msgpack raw strings, straight from Redis: the
-                        # client decodes (and UTF-8-checks) them in C
-                        flat = list(chain.from_iterable(piece))
-                        yield pb.RestoreChunk(packed=msgpack.packb(flat, use_bin_type=False))
-                    else:
-                        yield _entries_chunk(piece)
-            yield pb.RestoreChunk(last=True, version=await self.storage.version(task))
-            metrics.RESTORE_KEYS.inc(sent)
-            metrics.RESTORE_SECONDS.observe(time.perf_counter() - t0)
+            async for chunk in stream_restore(self.storage, task, epoch, request):
+                yield chunk
 
         async for chunk in self._guard_stream(context, "Restore", run, request):
             yield chunk
@@ -611,8 +568,8 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
             task = task_key(request.task)
             n = max(1, min(request.max_fields or DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS))
             async for items in self.storage.read(task, request.pattern or None, n):
-                for piece in _pieces(items):
-                    yield _entries_chunk(piece)
+                for piece in pieces(items):
+                    yield entries_chunk(piece)
             yield pb.RestoreChunk(last=True, version=await self.storage.version(task))
 
         async for chunk in self._guard_stream(context, "Read", run, request):

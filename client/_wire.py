@@ -1,0 +1,138 @@
+"""A change set as CommitRequest pieces, and Restore chunks as decoded entries.
+
+Packed (the sidecar reads `packed_*`): one msgpack blob per side, one C call each.
+Otherwise the per-entry fields an older sidecar reads. A change set over the message
+limit is cut into pieces under it; one entry over it is a LimitError.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from itertools import chain
+from typing import Any
+
+import msgpack
+import orjson
+
+from taskstate.proto import taskstate_pb2 as pb
+
+from ._errors import CodecError, LimitError
+
+ENTRY_OVERHEAD = 16
+REQUEST_HEADROOM = 64 << 10
+
+
+def decode_chunk(
+    task: str,
+    chunk: pb.RestoreChunk,
+    decode: Callable[[str, str, bytes], Any],
+    json: bool,
+    into: dict[str, Any],
+) -> None:
+    """Decode one Restore chunk's entries into `into` (JSON: orjson on the packed blob)."""
+    for e in chunk.entries:
+        into[e.key] = decode(task, e.key, e.value)
+    if not chunk.packed:
+        return
+    try:
+        flat = msgpack.unpackb(chunk.packed, raw=False)
+    except UnicodeDecodeError:  # stored bytes that are not UTF-8: name the key
+        flat = _name_bad_utf8(task, msgpack.unpackb(chunk.packed, raw=True))
+    keys, values = flat[0::2], flat[1::2]
+    if json:
+        try:
+            into.update(zip(keys, map(orjson.loads, values), strict=True))
+            return
+        except orjson.JSONDecodeError:
+            pass  # the slow path below names the bad key
+    for k, v in zip(keys, values, strict=True):
+        into[k] = decode(task, k, v)
+
+
+def _name_bad_utf8(task: str, raw: list[bytes]) -> list[Any]:
+    """Raise the CodecError for the first stored key or value that is not UTF-8 text."""
+    for k, v in zip(raw[0::2], raw[1::2], strict=True):
+        key = k.decode(errors="replace")
+        try:
+            k.decode()
+            v.decode()
+        except UnicodeDecodeError:
+            raise CodecError(
+                f"task {task}: stored key {key[:80]!r} (or its value) is not UTF-8 text; it "
+                "was not written by taskstate. Operator action: inspect it with `taskstate "
+                f"show {task}` and fix or drop the key.",
+                task,
+            ) from None
+    return [x.decode() for x in raw]
+
+
+def _pack(items: Any) -> bytes:
+    """Msgpack array of str keys and bin values (the CommitRequest.packed_* form)."""
+    out: bytes = msgpack.packb(list(items), use_bin_type=True)
+    return out
+
+
+def pieces(
+    task: str,
+    upserts: list[tuple[str, bytes]],
+    deletes: list[str],
+    budget: int,
+    packed: bool,
+) -> list[dict[str, Any]]:
+    """The change set as CommitRequest fields, in pieces under `budget` bytes each.
+
+    Packed (the sidecar reads `packed_*`): one msgpack blob per side, one C call each; the
+    blobs' length is the size check, so the common case never walks the entries in Python.
+    Otherwise the per-entry fields an older sidecar reads.
+    """
+    if packed:
+        ups = _pack(chain.from_iterable(upserts)) if upserts else b""
+        dels = _pack(deletes) if deletes else b""
+        if len(ups) + len(dels) + ENTRY_OVERHEAD <= budget:
+            return [{"packed_upserts": ups, "packed_deletes": dels}]
+    out: list[dict[str, Any]] = []
+    for u, d in split(task, upserts, deletes, budget):
+        if packed:
+            out.append({
+                "packed_upserts": _pack(chain.from_iterable(u)) if u else b"",
+                "packed_deletes": _pack(d) if d else b"",
+            })  # fmt: skip
+        else:
+            out.append({"upserts": [pb.Entry(key=k, value=v) for k, v in u], "deletes": d})
+    return out
+
+
+def split(
+    task: str, upserts: list[tuple[str, bytes]], deletes: list[str], budget: int
+) -> list[tuple[list[tuple[str, bytes]], list[str]]]:
+    """Cut a change set into pieces under `budget` bytes; one entry over it is an error."""
+    # the common case, cheaply: a key is at most 4 bytes per character in UTF-8
+    keys = chain((k for k, _ in upserts), deletes)
+    upper = 4 * sum(map(len, keys)) + sum(len(v) for _, v in upserts)
+    if upper + ENTRY_OVERHEAD * (len(upserts) + len(deletes)) <= budget:
+        return [(upserts, deletes)]
+    parts: list[tuple[list[tuple[str, bytes]], list[str]]] = [([], [])]
+    size = 0
+    for k, v in upserts:
+        n = len(k.encode()) + len(v) + ENTRY_OVERHEAD
+        if n > budget:
+            raise LimitError(
+                f"task {task}: key {k[:80]!r} has a value of {len(v)} bytes, over the message "
+                f"limit "
+                f"({budget + REQUEST_HEADROOM} bytes, TASKSTATE_MAX_MESSAGE_BYTES). Nothing "
+                "was sent. Split the value over several keys, or raise "
+                "TASKSTATE_MAX_MESSAGE_BYTES and the sidecar's --max-message-bytes together."
+            )
+        if size + n > budget and (parts[-1][0] or parts[-1][1]):
+            parts.append(([], []))
+            size = 0
+        parts[-1][0].append((k, v))
+        size += n
+    for k in deletes:
+        n = len(k.encode()) + ENTRY_OVERHEAD
+        if size + n > budget and (parts[-1][0] or parts[-1][1]):
+            parts.append(([], []))
+            size = 0
+        parts[-1][1].append(k)
+        size += n
+    return parts
