@@ -25,6 +25,9 @@ class OpenInfo:
     rolled_back_keys: int
     restored: bool
     reused_claim: bool
+    # the restore sent only what changed since the version this process held (delta)
+    delta: bool = False
+    restored_keys: int = 0  # keys the restore sent (a delta's changed and deleted keys)
 
 
 @dataclass

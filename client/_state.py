@@ -35,7 +35,7 @@ from ._context import current_context, identity
 from ._errors import ConfigError, LimitError, TaskStateError
 from ._session import OpenInfo, Session, remember, sessions
 from ._transport import GrpcTransport
-from ._wire import ENTRY_OVERHEAD, REQUEST_HEADROOM, decode_chunk, pieces
+from ._wire import ENTRY_OVERHEAD, REQUEST_HEADROOM, decode_chunk, pieces, unpack_keys
 
 _DURABILITY = {
     (False, False): pb.DURABILITY_APPLIED,
@@ -230,18 +230,14 @@ class TaskState(MutableMapping[str, Any]):
         if self._ident.batch is not None:
             req.batch = self._ident.batch
         r = self._transport.open(req, self.task_id)
-        reuse = (
-            c.mode == "mirror"
-            and prior is not None
-            and prior.data is not None
-            and prior.version == r.version
-        )
+        held = prior.data if c.mode == "mirror" and prior is not None else None
+        reuse = held is not None and prior is not None and prior.version == r.version
         session = Session(
             attempt_id=self._ident.attempt_id,
             batch=self._ident.batch,
             epoch=r.epoch,
             version=r.version,
-            data=prior.data if reuse and prior is not None else None,
+            data=held if reuse else None,
             position=r.position if r.has_position else None,
             info=OpenInfo(
                 r.epoch,
@@ -258,28 +254,55 @@ class TaskState(MutableMapping[str, Any]):
         if c.mode == "mirror" and session.data is None:
             if r.size == 0:
                 session.data = {}  # nothing stored: no Restore round trip
+            elif held is not None and prior is not None and _same_generation(prior, r.version):
+                self._restore(session, since=prior)  # only what changed since
             else:
                 self._restore(session)
         return session
 
-    def _restore(self, session: Session) -> None:
+    def _restore(self, session: Session, since: Session | None = None) -> None:
+        """Restore the committed state into `session.data`.
+
+        With `since` (a session whose data is the state at its version), ask only for
+        what changed since that version; the sidecar answers with a delta when the
+        task's change log covers it, else with the whole state.
+        """
         data: dict[str, Any] = {}
+        deleted: list[str] = []
+        delta = [False]
         decode = self._codec.decode
         task = self.task_id
         json = self._json
 
         def on_chunk(chunk: pb.RestoreChunk) -> None:
+            if chunk.delta:
+                delta[0] = True
+                deleted.extend(chunk.deletes)
+                if chunk.packed_deletes:
+                    deleted.extend(unpack_keys(task, chunk.packed_deletes))
             decode_chunk(task, chunk, decode, json, data)
 
-        version = self._transport.restore(
-            pb.RestoreRequest(task=self._pb_task(), epoch=session.epoch, packed=True),
-            task,
-            on_chunk,
-            data.clear,
-        )
+        def on_reset() -> None:
+            data.clear()
+            deleted.clear()
+            delta[0] = False
+
+        req = pb.RestoreRequest(task=self._pb_task(), epoch=session.epoch, packed=True)
+        if since is not None:
+            req.since_version = since.version
+        version = self._transport.restore(req, task, on_chunk, on_reset)
+        sent = len(data) + len(deleted)
+        if delta[0] and since is not None and since.data is not None:
+            state = since.data  # this process's copy at since.version: brought up to date
+            for k in deleted:
+                state.pop(k, None)
+            state.update(data)
+            data = state
         session.data = data
         session.version = version or session.version
-        session.info = replace(session.info, restored=True, size=len(data))
+        session.info = replace(
+            session.info, restored=True, size=len(data), delta=delta[0], restored_keys=sent
+        )
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         session = self._session
@@ -460,3 +483,9 @@ class TaskState(MutableMapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"TaskState({self.task_id!r}, mode={self.config.mode!r}, phase={self.phase.value})"
+
+
+def _same_generation(held: Session, version: str) -> bool:
+    """Whether `held`'s version is of the same generation as `version` (gen:counter)."""
+    gen = held.version.partition(":")[0]
+    return bool(gen) and gen == version.partition(":")[0]

@@ -22,6 +22,19 @@ ENTRY_OVERHEAD = 16
 REQUEST_HEADROOM = 64 << 10
 
 
+def unpack_keys(task: str, blob: bytes) -> list[str]:
+    """A packed list of keys (RestoreChunk.packed_deletes)."""
+    try:
+        keys: list[str] = msgpack.unpackb(blob, raw=False)
+    except UnicodeDecodeError:
+        raise CodecError(
+            f"task {task}: a deleted key sent by the sidecar is not UTF-8 text; it was not "
+            "written by taskstate.",
+            task,
+        ) from None
+    return keys
+
+
 def decode_chunk(
     task: str,
     chunk: pb.RestoreChunk,

@@ -85,16 +85,18 @@ class OpenResponse(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., rolled_back: _Optional[bool] = ..., rolled_back_keys: _Optional[int] = ..., packed_commits: _Optional[bool] = ..., reused_claim: _Optional[bool] = ...) -> None: ...
 
 class RestoreRequest(_message.Message):
-    __slots__ = ("task", "epoch", "max_fields", "packed")
+    __slots__ = ("task", "epoch", "max_fields", "packed", "since_version")
     TASK_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     MAX_FIELDS_FIELD_NUMBER: _ClassVar[int]
     PACKED_FIELD_NUMBER: _ClassVar[int]
+    SINCE_VERSION_FIELD_NUMBER: _ClassVar[int]
     task: TaskId
     epoch: int
     max_fields: int
     packed: bool
-    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., max_fields: _Optional[int] = ..., packed: _Optional[bool] = ...) -> None: ...
+    since_version: str
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., max_fields: _Optional[int] = ..., packed: _Optional[bool] = ..., since_version: _Optional[str] = ...) -> None: ...
 
 class Entry(_message.Message):
     __slots__ = ("key", "value")
@@ -105,16 +107,22 @@ class Entry(_message.Message):
     def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class RestoreChunk(_message.Message):
-    __slots__ = ("entries", "last", "version", "packed")
+    __slots__ = ("entries", "last", "version", "packed", "delta", "deletes", "packed_deletes")
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     LAST_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PACKED_FIELD_NUMBER: _ClassVar[int]
+    DELTA_FIELD_NUMBER: _ClassVar[int]
+    DELETES_FIELD_NUMBER: _ClassVar[int]
+    PACKED_DELETES_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[Entry]
     last: bool
     version: str
     packed: bytes
-    def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., last: _Optional[bool] = ..., version: _Optional[str] = ..., packed: _Optional[bytes] = ...) -> None: ...
+    delta: bool
+    deletes: _containers.RepeatedScalarFieldContainer[str]
+    packed_deletes: bytes
+    def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., last: _Optional[bool] = ..., version: _Optional[str] = ..., packed: _Optional[bytes] = ..., delta: _Optional[bool] = ..., deletes: _Optional[_Iterable[str]] = ..., packed_deletes: _Optional[bytes] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
     __slots__ = ("task", "epoch", "batch", "upserts", "deletes", "position", "has_position", "durability", "replicas", "writer", "packed_upserts", "packed_deletes")

@@ -3,7 +3,8 @@
 Labels are bounded: the RPC method, a stable error code, the Redis operation. Never a
 task id or a namespace: one series per task would grow without limit on a large job.
 Per-task facts are in the logs (every record of a request carries task, batch and epoch)
-and in `taskstate show`.
+and in `taskstate show`. One exception, bounded by the restores running at once:
+`taskstate_restore_progress_keys{task, kind}` exists only while that task's restore runs.
 """
 
 from __future__ import annotations
@@ -78,6 +79,20 @@ ROLLED_BACK_KEYS = Counter(
 RESTORE_KEYS = Counter(
     "taskstate_restore_keys",
     "Keys sent to workers by Restore.",
+    registry=REGISTRY,
+)
+RESTORES = Counter(
+    "taskstate_restores",
+    "Restores answered, by kind: 'delta' (only what changed since the version the worker "
+    "held, from the change log) or 'full' (the whole state).",
+    ["kind"],
+    registry=REGISTRY,
+)
+RESTORE_PROGRESS = Gauge(
+    "taskstate_restore_progress_keys",
+    "A running restore's keys: kind 'restored' (sent so far) and 'expected' (the state's "
+    "size; set once the restore has run a few seconds). Removed when the restore ends.",
+    ["task", "kind"],
     registry=REGISTRY,
 )
 RESTORE_SECONDS = Histogram(

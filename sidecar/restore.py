@@ -1,12 +1,16 @@
-"""Restore: a task's committed state streamed to the client in bounded chunks.
+"""Restore: a task's committed state streamed to a worker, whole or as a delta.
 
-A chunk holds about CHUNK_BYTES (a storage page cut smaller when its values are large),
-in the packed form (one msgpack blob: the client decodes it in one C call) or, for
-older clients, one `Entry` per field.
+A worker that holds a version of the task's state (RestoreRequest.since_version) gets only
+the keys changed since, read from the task's change log, when the log still covers that
+version ("delta"); otherwise the whole state ("full"), in chunks of about CHUNK_BYTES. A
+chunk is packed (one msgpack blob: the client decodes it in one C call) or, for older
+clients, one `Entry` per field. A full restore that runs longer than PROGRESS_AFTER_S logs
+its progress with an ETA every PROGRESS_EVERY_S and shows it in a per-task gauge.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from itertools import chain
@@ -18,9 +22,16 @@ from taskstate.proto import taskstate_pb2 as pb
 from . import metrics
 from .storage.base import Storage, TaskKey
 
+log = logging.getLogger("taskstate.sidecar.restore")
+
 DEFAULT_CHUNK_FIELDS = 2000
 MAX_CHUNK_FIELDS = 20000
 CHUNK_BYTES = 1 << 20
+# A delta larger than this is sent in full instead (the log holds at most an eighth of
+# the state, so this only bounds the sidecar's memory for one answer).
+DELTA_MAX_KEYS = 500_000
+PROGRESS_AFTER_S = 3.0
+PROGRESS_EVERY_S = 5.0
 
 
 async def stream_restore(
@@ -28,21 +39,105 @@ async def stream_restore(
 ) -> AsyncIterator[pb.RestoreChunk]:
     """The chunks answering one RestoreRequest, the last one carrying the version."""
     t0 = time.perf_counter()
+    if request.since_version:
+        delta = await storage.changes_since(task, epoch, request.since_version, DELTA_MAX_KEYS)
+        if delta is not None:
+            for chunk in _delta_chunks(delta.upserts, delta.deletes, request.packed):
+                yield chunk
+            yield pb.RestoreChunk(last=True, delta=True, version=delta.version)
+            metrics.RESTORES.labels("delta").inc()
+            metrics.RESTORE_KEYS.inc(len(delta.upserts) + len(delta.deletes))
+            metrics.RESTORE_SECONDS.observe(time.perf_counter() - t0)
+            return
     n = max(1, min(request.max_fields or DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS))
-    sent = 0
-    async for items in storage.restore(task, epoch, n):
-        sent += len(items)
-        for piece in pieces(items):
-            if request.packed:
-                # keys and values as msgpack raw strings, straight from Redis: the
-                # client decodes (and UTF-8-checks) them in C
-                flat = list(chain.from_iterable(piece))
-                yield pb.RestoreChunk(packed=msgpack.packb(flat, use_bin_type=False))
-            else:
-                yield entries_chunk(piece)
-    yield pb.RestoreChunk(last=True, version=await storage.version(task))
-    metrics.RESTORE_KEYS.inc(sent)
+    progress = _Progress(storage, task, t0)
+    try:
+        async for items in storage.restore(task, epoch, n):
+            for piece in pieces(items):
+                if request.packed:
+                    # keys and values as msgpack raw strings, straight from Redis: the
+                    # client decodes (and UTF-8-checks) them in C
+                    flat = list(chain.from_iterable(piece))
+                    yield pb.RestoreChunk(packed=msgpack.packb(flat, use_bin_type=False))
+                else:
+                    yield entries_chunk(piece)
+            await progress.sent(len(items))
+        yield pb.RestoreChunk(last=True, version=await storage.version(task))
+    finally:
+        progress.end()
+    metrics.RESTORES.labels("full").inc()
+    metrics.RESTORE_KEYS.inc(progress.restored)
     metrics.RESTORE_SECONDS.observe(time.perf_counter() - t0)
+
+
+class _Progress:
+    """A full restore's progress: a gauge while it runs, a log line with an ETA when long."""
+
+    def __init__(self, storage: Storage, task: TaskKey, t0: float) -> None:
+        self.storage = storage
+        self.task = task
+        self.t0 = t0
+        self.restored = 0
+        self.expected: int | None = None
+        self.next_log = t0 + PROGRESS_AFTER_S
+        self.gauge = False
+
+    async def sent(self, n: int) -> None:
+        self.restored += n
+        now = time.perf_counter()
+        if now < self.next_log:
+            if self.gauge:
+                metrics.RESTORE_PROGRESS.labels(self.task.fq, "restored").set(self.restored)
+            return
+        if self.expected is None:
+            self.expected = (await self.storage.describe(self.task)).size
+        self.gauge = True
+        metrics.RESTORE_PROGRESS.labels(self.task.fq, "restored").set(self.restored)
+        metrics.RESTORE_PROGRESS.labels(self.task.fq, "expected").set(self.expected)
+        elapsed = now - self.t0
+        rate = self.restored / elapsed if elapsed > 0 else 0.0
+        left = max(self.expected - self.restored, 0)
+        log.info(
+            "restoring",
+            extra={
+                "task": self.task.fq,
+                "restored": self.restored,
+                "expected": self.expected,
+                "keys_per_s": round(rate),
+                "eta_s": round(left / rate, 1) if rate else None,
+            },
+        )
+        self.next_log = now + PROGRESS_EVERY_S
+
+    def end(self) -> None:
+        if self.gauge:
+            for kind in ("restored", "expected"):
+                try:
+                    metrics.RESTORE_PROGRESS.remove(self.task.fq, kind)
+                except KeyError:
+                    pass
+
+
+def _delta_chunks(
+    upserts: Sequence[tuple[str | bytes, bytes]], deletes: Sequence[str | bytes], packed: bool
+) -> list[pb.RestoreChunk]:
+    """A delta's chunks: its upserts cut like a full restore's, its deletes with the first."""
+    out = []
+    for piece in pieces(upserts) if upserts else [[]]:
+        if packed:
+            flat = list(chain.from_iterable(piece))
+            blob = msgpack.packb(flat, use_bin_type=False) if flat else b""
+            out.append(pb.RestoreChunk(delta=True, packed=blob))
+        else:
+            out.append(entries_chunk(piece))
+            out[-1].delta = True
+    first = out[0]
+    if deletes:
+        if packed:
+            first.packed_deletes = msgpack.packb(list(deletes), use_bin_type=False)
+        else:
+            first.deletes.extend(k if isinstance(k, str) else k.decode() for k in deletes)
+    return out
 
 
 def pieces(

@@ -11,6 +11,8 @@ Every backend implements the commit protocol of docs/architecture.md exactly:
   of a new batch starts a new rollback record; upserts are absolute so a retry is
   idempotent.
 - `restore` yields the state in bounded chunks.
+- `changes_since` answers a delta restore: what changed since a version a worker holds,
+  from the task's change log, or None when the log does not cover that version.
 """
 
 from __future__ import annotations
@@ -75,6 +77,20 @@ class CommitResult:
     size: int
     replicas_acked: int = 0
     base_version: str = ""  # the version the change set was applied on
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    """What changed between a version a worker holds and `version` (a delta restore)."""
+
+    version: str
+    upserts: list[tuple[str | bytes, bytes]]
+    deletes: list[str | bytes]
+
+
+# The change log keeps at most max(LOG_MIN, state size // LOG_FRACTION) keys (lua/commit.lua).
+LOG_MIN = 4096
+LOG_FRACTION = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +179,16 @@ class Storage(Protocol):
         durability: Durability,
     ) -> CommitResult:
         """Apply one change set atomically (see module docstring)."""
+        ...
+
+    async def changes_since(
+        self, task: TaskKey, epoch: int, since: str, max_keys: int
+    ) -> Delta | None:
+        """The keys changed since version `since`, with their values now; fenced by epoch.
+
+        None when the change log does not cover `since` (another generation, trimmed
+        past it) or more than `max_keys` keys changed: the caller restores in full.
+        """
         ...
 
     async def version(self, task: TaskKey) -> str:

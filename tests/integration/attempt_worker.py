@@ -36,10 +36,16 @@ def _serve(conn: Connection, sidecar: str, namespace: str) -> None:
                     "reused_claim": i.reused_claim,
                     "restored": i.restored,
                     "committed_batch": i.committed_batch,
+                    "delta": i.delta,
+                    "restored_keys": i.restored_keys,
                     "data": dict(state),
                 }
             elif cmd == "update":
                 state.update(args[0])
+                reply = None
+            elif cmd == "delete":
+                for key in args[0]:
+                    del state[key]
                 reply = None
             elif cmd == "exit":
                 state.__exit__(None, None, None)
@@ -71,10 +77,17 @@ class Worker:
             raise WorkerError(reply[1], reply[2])
         return reply[1]
 
-    def block(self, ctx: LocalContext, changes: dict[str, Any]) -> dict[str, Any]:
-        """One whole `with TaskState(ctx)` block writing `changes`: what entering found."""
+    def block(
+        self, ctx: LocalContext, changes: dict[str, Any], deletes: tuple[str, ...] = ()
+    ) -> dict[str, Any]:
+        """One whole `with TaskState(ctx)` block writing `changes` and deleting `deletes`.
+
+        Returns what entering found.
+        """
         info: dict[str, Any] = self.call("enter", ctx)
         self.call("update", changes)
+        if deletes:
+            self.call("delete", list(deletes))
         self.call("exit")
         return info
 

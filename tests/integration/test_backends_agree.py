@@ -1,7 +1,8 @@
 """The Lua scripts against the in-memory model: random protocol histories (opens by new,
 returning and displaced task attempts, replays, stale epochs, group commits, deletes,
-batch jobs) must give the same answers and the same state on a real Redis and in
-MemoryStorage."""
+batch jobs, delta restores) must give the same answers and the same state on a real Redis
+and in MemoryStorage; every delta applied to the state at its base version gives exactly
+the committed state."""
 
 from __future__ import annotations
 
@@ -60,6 +61,16 @@ async def _step(store: Any, task: TaskKey, op: tuple[Any, ...]) -> Any:
             return ("restore", await _restore(store, task, op[1]))
         if op[0] == "get":
             return ("get", await store.get(task, op[1], KEYS))
+        if op[0] == "changes":
+            _, epoch, back = op
+            gen, _, ver = (await store.version(task)).partition(":")
+            since = max(0, int(ver) - back)
+            d = await store.changes_since(task, epoch, f"{gen}:{since}", 1000)
+            if d is None:
+                return ("changes", since, None)
+            ups = sorted((k if isinstance(k, str) else k.decode(), v) for k, v in d.upserts)
+            dels = sorted(k if isinstance(k, str) else k.decode() for k in d.deletes)
+            return ("changes", since, d.version.partition(":")[2], ups, dels)
     except SidecarError as exc:
         return ("error", exc.code)
     raise AssertionError(op)
@@ -94,32 +105,50 @@ def _history(rng: random.Random) -> list[tuple[Any, ...]]:
             pos = rng.choice([None, str(rng.randint(0, 9)).encode()])
             e = epoch if rng.random() < 0.85 else max(1, epoch - 1)  # sometimes a zombie
             ops.append(("commit", e, batch if streaming else None, ups, dels, pos))
-        elif r < 0.9:
+        elif r < 0.85:
             ops.append(("restore", epoch if rng.random() < 0.9 else epoch + 5))
+        elif r < 0.93:
+            e = epoch if rng.random() < 0.9 else epoch + 5
+            ops.append(("changes", e, rng.choice([0, 1, 1, 2, 3, 5, 8])))
         else:
             ops.append(("get", epoch))
     return ops
 
 
 def test_redis_scripts_and_memory_model_agree(redis_server: RedisServer, namespace: str) -> None:
+    deltas = changed = 0
+
     async def run() -> None:
+        nonlocal deltas, changed
         redis_store = RedisStorage(redis_server.url)
         try:
             for seed in range(150):
                 rng = random.Random(seed)
                 memory = MemoryStorage()
                 task = TaskKey(namespace, f"h{seed}", 0)
+                states: dict[int, dict[str, bytes]] = {}  # version counter -> state
                 for i, op in enumerate(_history(rng)):
                     want = await _step(memory, task, op)
                     got = await _step(redis_store, task, op)
                     assert got == want, f"seed {seed}, step {i}, op {op}"
                     # the undo bookkeeping leaves the data identical after every step
                     data = redis_server.client().hgetall(task_keys(task)[1])
-                    assert {k.decode(): v for k, v in data.items()} == memory.tasks[task].data
+                    now = memory.tasks[task].data
+                    assert {k.decode(): v for k, v in data.items()} == now
+                    states[memory.tasks[task].ver] = dict(now)
+                    if got[0] == "changes" and got[2] is not None:
+                        _, since, _, ups, dels = got
+                        rebuilt = {k: v for k, v in states[since].items() if k not in dels}
+                        rebuilt.update(ups)
+                        assert rebuilt == now, f"seed {seed}, step {i}: delta since {since}"
+                        deltas += 1
+                        if ups or dels:
+                            changed += 1
         finally:
             await redis_store.close()
 
     asyncio.run(run())
+    assert deltas > 50 and changed > 25, (deltas, changed)  # the histories did exercise it
 
 
 async def _operator_story(store: Any, ns: str) -> list[Any]:

@@ -255,7 +255,7 @@ def test_fuzzed_requests_never_crash_or_touch_other_tasks(
                            sidecar=side.target) as s:  # fmt: skip
                 s.update({f"k{i}": {"b": b, "p": part} for i in range(50)})
     before = _protected_snapshot(redis)
-    assert len(before) == 3 * 3 + 1  # meta, data, undo per task; the namespace's index
+    assert len(before) == 3 * 4 + 1  # meta, data, undo, log per task; the namespace's index
     assert side.proc is not None
     pid = side.proc.pid
 

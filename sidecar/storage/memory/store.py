@@ -14,8 +14,11 @@ from dataclasses import dataclass, field
 
 from ... import errors
 from ..base import (
+    LOG_FRACTION,
+    LOG_MIN,
     Check,
     CommitResult,
+    Delta,
     DoctorReport,
     Durability,
     OpenResult,
@@ -55,6 +58,12 @@ class _Task:
     claim: str | None = None  # the attempt that owns the epoch (None: unnamed)
     claim_batch: int | None = None
     superseded: list[str] = field(default_factory=list)  # the last _SUPERSEDED_MAX
+    # the change log, as lua/commit.lua keeps it: version -> the keys it changed;
+    # complete for versions (log_floor, ver] when log_ver == ver; log_n keys in all
+    log: dict[int, list[str]] = field(default_factory=dict)
+    log_floor: int = 0
+    log_ver: int | None = None
+    log_n: int = 0
 
     @property
     def version(self) -> str:
@@ -128,6 +137,12 @@ class MemoryStorage:
                     else:
                         t.data[k] = old
                 n = len(t.undo)
+            if t.log_ver == t.ver and t.undo_copy is None:
+                t.log[t.ver + 1] = list(t.undo)
+                t.log_n += len(t.undo)
+            else:
+                t.log, t.log_floor, t.log_n = {}, t.ver + 1, 0
+            t.log_ver = t.ver + 1
             t.undo = {}
             t.undo_copy = None
             t.undo_batch = None
@@ -193,10 +208,47 @@ class MemoryStorage:
         if position is not None:
             t.position = position
         base = t.version
+        self._log(t, [k for k, _ in upserts] + list(deletes))
         t.ver += 1
         t.updated_at = time.time()
         t.last_writer = writer
         return CommitResult(version=t.version, size=len(t.data), base_version=base)
+
+    @staticmethod
+    def _log(t: _Task, keys: list[str]) -> None:
+        """Log a commit's keys at the version it makes, trimmed as lua/commit.lua does."""
+        if t.log_ver != t.ver:
+            t.log, t.log_floor, t.log_n = {}, t.ver, 0
+        new = t.ver + 1
+        t.log[new] = keys
+        t.log_n += len(keys)
+        t.log_ver = new
+        limit = max(LOG_MIN, (len(t.data)) // LOG_FRACTION)
+        while t.log_n > limit and t.log_floor < new:
+            t.log_floor += 1
+            t.log_n -= len(t.log.pop(t.log_floor, []))
+
+    async def changes_since(
+        self, task: TaskKey, epoch: int, since: str, max_keys: int
+    ) -> Delta | None:
+        """The keys changed since `since`; see base.Storage.changes_since."""
+        self._fault("changes")
+        t = self.tasks.get(task)
+        self._fenced(task, t, epoch)
+        assert t is not None  # noqa: S101 - checked by _fenced
+        gen, _, counter = since.partition(":")
+        if gen != t.gen or not counter.isdigit() or t.log_ver != t.ver:
+            return None
+        v = int(counter)
+        if not t.log_floor <= v <= t.ver:
+            return None
+        named = [k for at in range(v + 1, t.ver + 1) for k in t.log.get(at, [])]
+        if len(named) > max_keys:
+            return None
+        keys = list(dict.fromkeys(named))
+        upserts: list[tuple[str | bytes, bytes]] = [(k, t.data[k]) for k in keys if k in t.data]
+        deletes: list[str | bytes] = [k for k in keys if k not in t.data]
+        return Delta(t.version, upserts, deletes)
 
     async def version(self, task: TaskKey) -> str:
         """The version token of the task's committed content."""

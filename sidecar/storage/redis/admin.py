@@ -49,14 +49,14 @@ class RedisAdmin:
 
     async def version(self, task: TaskKey) -> str:
         """The version token of the task's committed content."""
-        meta, _, _ = task_keys(task)
+        meta = task_keys(task)[0]
         client = self._conn.client
         gen, ver = await self._conn.run("version", lambda: client.hmget(meta, "gen", "ver"))
         return f"{text(gen)}:{text(ver)}"
 
     async def describe(self, task: TaskKey) -> TaskMeta:
         """The task's metadata."""
-        meta, data, _ = task_keys(task)
+        meta, data, _, _ = task_keys(task)
 
         async def call() -> Any:
             pipe = self._conn.client.pipeline(transaction=False)
@@ -125,7 +125,7 @@ class RedisAdmin:
         for t in targets:
             keys = task_keys(t)
 
-            async def call(keys: tuple[str, str, str] = keys, t: TaskKey = t) -> Any:
+            async def call(keys: tuple[str, ...] = keys, t: TaskKey = t) -> Any:
                 n = await client.delete(*keys)
                 await client.srem(index_key(namespace), f"{t.component}/{t.partition}")
                 return n
@@ -142,7 +142,7 @@ class RedisAdmin:
         The version token moves on every commit and rollback, so equal tokens before and
         after the scan mean every page came from one committed state.
         """
-        meta, data, _ = task_keys(task)
+        meta, data, _, _ = task_keys(task)
         before = await self.describe(task)
         if not before.exists:
             raise errors.not_found(task.fq, task.namespace)
@@ -174,7 +174,7 @@ class RedisAdmin:
         append_epoch: int | None,
     ) -> tuple[int, int]:
         """Create or extend a task from exported state; see base.Storage.import_task."""
-        meta, data, undo = task_keys(task)
+        keys = task_keys(task)
         mode = "append" if append_epoch is not None else "replace" if replace else "create"
         args: list[Any] = [
             mode,
@@ -188,7 +188,7 @@ class RedisAdmin:
         ]
 
         async def call() -> Any:
-            return await self._conn.evalsha("import", (meta, data, undo), args)
+            return await self._conn.evalsha("import", keys, args)
 
         try:
             r = await self._conn.run("import", call)

@@ -7,6 +7,8 @@ in one Redis Cluster slot and one script can touch all its keys:
 - `ts:{ns/comp/p}:meta`  hash: layout, codec, batch, epoch, pos, gen, ver, the claim
   (claim, claim_batch, superseded), the rollback bookkeeping, updated_at, last_writer, ...
 - `ts:{ns/comp/p}:undo`  hash: the rollback record of the last written batch
+- `ts:{ns/comp/p}:log`   hash: the change log, field `<v>` = the keys version v changed (a
+  msgpack array), `#<v>` = how many (lua/commit.lua); delta restores read it
 - `ts:idx:{ns}`          set of `component/partition`: only an index, for listing
 
 Tests, benchmarks and tools that look at Redis directly use these functions too.
@@ -20,7 +22,7 @@ from taskstate.proto.ids import fq_task_id
 
 from ..base import TaskKey
 
-Kind = Literal["data", "meta", "undo"]
+Kind = Literal["data", "meta", "undo", "log"]
 
 
 def task_key(namespace: str, component: str, partition: int | str, kind: Kind) -> str:
@@ -38,10 +40,15 @@ def meta_key(namespace: str, component: str, partition: int | str) -> str:
     return task_key(namespace, component, partition, "meta")
 
 
-def task_keys(task: TaskKey) -> tuple[str, str, str]:
-    """(meta, data, undo) keys of a task, in the order the scripts take them."""
+def task_keys(task: TaskKey) -> tuple[str, str, str, str]:
+    """(meta, data, undo, log) keys of a task, in the order the scripts take them."""
     n, c, p = task.namespace, task.component, task.partition
-    return task_key(n, c, p, "meta"), task_key(n, c, p, "data"), task_key(n, c, p, "undo")
+    return (
+        task_key(n, c, p, "meta"),
+        task_key(n, c, p, "data"),
+        task_key(n, c, p, "undo"),
+        task_key(n, c, p, "log"),
+    )
 
 
 def index_key(namespace: str) -> str:

@@ -10,7 +10,7 @@ import hashlib
 from dataclasses import dataclass
 from importlib import resources
 
-NAMES = ("open", "commit", "get", "import")
+NAMES = ("open", "commit", "get", "import", "changes", "values")
 
 
 @dataclass(frozen=True, slots=True)

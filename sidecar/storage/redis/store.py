@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Sequence
 from itertools import chain
 from typing import Any
 
+import msgpack
 import redis.exceptions as rex
 
 from taskstate.proto import codes
@@ -20,7 +21,7 @@ from taskstate.proto import codes
 from ... import errors
 from ...errors import SidecarError
 from ...retry import RetryPolicy
-from ..base import CommitResult, Durability, OpenResult, TaskKey
+from ..base import CommitResult, Delta, Durability, OpenResult, TaskKey
 from ..connect import RedisSettings
 from .admin import RedisAdmin
 from .durability import DurabilityWaits, text
@@ -31,8 +32,26 @@ from .scan import ServerChangedError, hscan_pages
 log = logging.getLogger("taskstate.sidecar.redis")
 
 _GET_CHUNK = 2000
+_CHANGES_PAGE = 5000  # keys per values.lua call: each call blocks Redis briefly
 # Below this many fields a restore reads the hash in one HGETALL; above, HSCAN pages.
 _HGETALL_MAX = 5000
+
+
+def log_entry(upserts: Sequence[tuple[str, bytes]], deletes: Sequence[str]) -> bytes:
+    """A change set's keys as the change log keeps them (one msgpack array)."""
+    keys = [k for k, _ in upserts]
+    keys += deletes
+    entry: bytes = msgpack.packb(keys)
+    return entry
+
+
+def unpack_keys(blob: bytes) -> list[Any]:
+    """The keys of one change log entry (msgpack strings come back as bytes, like Redis').
+
+    Lua's cmsgpack packs an empty table as a map: that is no keys too.
+    """
+    keys = msgpack.unpackb(blob, raw=True)
+    return list(keys) if isinstance(keys, list) else []
 
 
 def script_error(
@@ -93,7 +112,7 @@ class RedisStorage(RedisAdmin):
         """Claim the task; see base.Storage.open."""
         if durability.fsynced:
             await self._waits.check_fsync(task)
-        meta, data, undo = task_keys(task)
+        keys = task_keys(task)
         args = [
             "" if batch is None else str(batch),
             uuid.uuid4().hex,
@@ -104,7 +123,7 @@ class RedisStorage(RedisAdmin):
         ]
 
         async def call() -> Any:
-            return await self._conn.evalsha("open", (meta, data, undo), args)
+            return await self._conn.evalsha("open", keys, args)
 
         try:
             r = await self._conn.run("open", call)
@@ -126,7 +145,7 @@ class RedisStorage(RedisAdmin):
         self, task: TaskKey, epoch: int, max_fields: int
     ) -> AsyncIterator[Sequence[tuple[str | bytes, bytes]]]:
         """Yield the state in chunks; memory is bounded by one chunk, not the state."""
-        meta, data, _ = task_keys(task)
+        meta, data, _, _ = task_keys(task)
         conn = self._conn
         await self._check_epoch(task, meta, epoch)
         size = await conn.run("restore", lambda: conn.client.hlen(data))
@@ -160,6 +179,58 @@ class RedisStorage(RedisAdmin):
         # A newer claim during the scan makes what we sent unreliable: fail, do not guess.
         await self._check_epoch(task, meta, epoch)
 
+    async def changes_since(
+        self, task: TaskKey, epoch: int, since: str, max_keys: int
+    ) -> Delta | None:
+        """The keys changed since `since`, from the change log; see base.Storage.
+
+        changes.lua names the keys (one msgpack array per version); values.lua reads their
+        values in pages, each checking that the state is still at the version the keys
+        were named for (else None: the caller restores in full).
+        """
+        gen, _, counter = since.partition(":")
+        if not gen or not counter.isdigit():
+            return None
+        meta, data, _, log = task_keys(task)
+        args = [str(epoch), counter, gen, str(max_keys)]
+
+        async def names() -> Any:
+            return await self._conn.evalsha("changes", (meta, log), args)
+
+        try:
+            r = await self._conn.run("changes", names)
+        except rex.ResponseError as exc:
+            raise script_error(task, exc, None) from None
+        version, total = text(r[0]), int(r[1])
+        if total < 0:
+            return None
+        keys: dict[Any, None] = {}
+        for blob in r[2:]:
+            keys.update(dict.fromkeys(unpack_keys(blob)))
+        changed = list(keys)
+        at = version.rpartition(":")[2]
+        upserts: list[tuple[str | bytes, bytes]] = []
+        deletes: list[str | bytes] = []
+        for i in range(0, len(changed), _CHANGES_PAGE):
+            page = changed[i : i + _CHANGES_PAGE]
+            vargs = [str(epoch), at, *page]
+
+            async def values(vargs: list[Any] = vargs) -> Any:
+                return await self._conn.evalsha("values", (meta, data), vargs)
+
+            try:
+                got = await self._conn.run("values", values)
+            except rex.ResponseError as exc:
+                raise script_error(task, exc, None) from None
+            if not int(got[0]):
+                return None  # a commit landed since the keys were named
+            for k, v in zip(page, got[1:], strict=True):
+                if v is None:
+                    deletes.append(k)
+                else:
+                    upserts.append((k, v))
+        return Delta(version, upserts, deletes)
+
     async def _hgetall(self, key: str) -> dict[Any, Any]:
         items: dict[Any, Any] = await self._conn.client.hgetall(key)
         return items
@@ -183,7 +254,7 @@ class RedisStorage(RedisAdmin):
         durability: Durability,
     ) -> CommitResult:
         """Apply one change set atomically; see base.Storage.commit."""
-        meta, data, undo = task_keys(task)
+        keys = task_keys(task)
         args: list[Any] = [
             str(epoch),
             "" if batch is None else str(batch),
@@ -191,13 +262,14 @@ class RedisStorage(RedisAdmin):
             f"{time.time():.3f}",
             writer,
             str(len(upserts)),
+            log_entry(upserts, deletes),
             *chain.from_iterable(upserts),
             *deletes,
         ]
         wait = await self._waits.wait_for(durability, task)
 
         async def call() -> Any:
-            return await self._conn.evalsha("commit", (meta, data, undo), args, wait)
+            return await self._conn.evalsha("commit", keys, args, wait)
 
         try:
             r = await self._conn.run("commit", call)
@@ -213,7 +285,7 @@ class RedisStorage(RedisAdmin):
 
     async def get(self, task: TaskKey, epoch: int, keys: Sequence[str]) -> list[bytes | None]:
         """Read keys (remote mode), fenced by epoch."""
-        meta, data, _ = task_keys(task)
+        meta, data, _, _ = task_keys(task)
         out: list[bytes | None] = []
         for i in range(0, max(len(keys), 1), _GET_CHUNK):
             part = list(keys[i : i + _GET_CHUNK])

@@ -1,7 +1,8 @@
 -- Commit(task, epoch, batch, upserts, deletes, position): one atomic change set.
--- KEYS: 1 meta, 2 data, 3 undo
+-- KEYS: 1 meta, 2 data, 3 undo, 4 log
 -- ARGV: 1 epoch, 2 batch ('' for batch jobs), 3 position ('+' .. bytes, or '' for none),
---       4 now, 5 writer, 6 number of upserts N, then N key/value pairs, then deleted keys
+--       4 now, 5 writer, 6 number of upserts N, 7 the change set's keys (upserted and
+--       deleted) as one msgpack array, then N key/value pairs, then deleted keys
 -- The rollback record (undo) is made by the first commit of a new batch, in one of two
 -- modes (meta undo_mode):
 --   'copy'   when the batch's first change set touches at least a quarter as many keys as
@@ -12,21 +13,29 @@
 --            before the batch ('' when it did not exist); later commits of the same batch
 --            (group-scoped commits, retries) add only keys not yet recorded, so a retried
 --            commit is idempotent.
+-- The change log (log): a hash, field <v> = the keys version v changed (a msgpack array,
+-- as ARGV 7 brings it) and field #<v> = how many. Meta log_floor and log_ver say what it
+-- covers: every version in (log_floor, ver] is in it, provided log_ver = ver (a writer
+-- that bumps ver without logging, such as an import or an older sidecar, leaves log_ver
+-- behind, and the next logged commit starts the log afresh). Meta log_n counts its keys;
+-- past LOG_MAX(size) the oldest versions go, raising log_floor: a worker whose cached
+-- version is below the floor restores in full. Logging costs one HSET of one string.
 -- Returns {version, size, base version (the version this change set was applied on)}.
 -- Errors: TSFENCED <epoch>, TSAHEAD <last>, TSCORRUPT <what>.
 -- An error writes nothing.
-local meta, data, undo = KEYS[1], KEYS[2], KEYS[3]
+local meta, data, undo, log = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 -- a data or rollback key of another type would fail a write half-way: refuse first
-for _, k in ipairs({data, undo}) do
+for _, k in ipairs({data, undo, log}) do
   local t = redis.call('TYPE', k)['ok']
   if t ~= 'hash' and t ~= 'none' then
     return redis.error_reply('TSCORRUPT key ' .. k .. ' holds a ' .. t .. ', not a hash')
   end
 end
 local m = redis.call('HMGET', meta, 'epoch', 'batch', 'undo_batch', 'pos', 'ver', 'gen',
-  'undo_mode')
-for i, name in ipairs({'epoch', 'batch', 'undo_batch', 'ver'}) do
-  local v = m[({1, 2, 3, 5})[i]]
+  'undo_mode', 'log_floor', 'log_ver', 'log_n')
+for i, name in ipairs({'epoch', 'batch', 'undo_batch', 'ver', 'log_floor', 'log_ver',
+    'log_n'}) do
+  local v = m[({1, 2, 3, 5, 8, 9, 10})[i]]
   if v and tonumber(v) == nil then
     return redis.error_reply('TSCORRUPT metadata field ' .. name .. ' is not a number')
   end
@@ -38,7 +47,7 @@ local has_batch = ARGV[2] ~= ''
 local track = false
 local fresh = false
 local n = tonumber(ARGV[6])
-local first_del = 7 + 2 * n
+local first_del = 8 + 2 * n
 local nchanges = n + #ARGV - first_del + 1
 if has_batch then
   local batch = tonumber(ARGV[2])
@@ -75,6 +84,8 @@ if has_batch then
   end
 end
 local CH = 2000
+-- the change log keeps at most max(LOG_MIN, state size / LOG_FRACTION) keys
+local LOG_MIN, LOG_FRACTION = 4096, 8
 -- Record, for the keys ks[1..#ks] not yet in the rollback record, their value before the
 -- batch ('' when absent). On the first commit of a batch the record is empty: no lookup.
 local function remember(ks)
@@ -91,7 +102,7 @@ local function remember(ks)
   if #rec > 0 then redis.call('HSET', undo, unpack(rec)) end
 end
 -- upserts, in chunks (unpack has a stack limit)
-local i = 7
+local i = 8
 while i < first_del do
   local stop = math.min(i + 2 * CH, first_del) - 1
   if track then
@@ -119,7 +130,26 @@ if ARGV[3] ~= '' then
 end
 local base = tonumber(m[5] or '0')
 local ver = base + 1
-redis.call('HSET', meta, 'ver', string.format('%d', ver), 'updated_at', ARGV[4],
-  'last_writer', ARGV[5])
-return {m[6] .. ':' .. string.format('%d', ver), redis.call('HLEN', data),
-  m[6] .. ':' .. string.format('%d', base)}
+local vs = string.format('%d', ver)
+-- the change log: this change set's keys, at this version
+local floor = tonumber(m[8] or '0')
+local logged = tonumber(m[10] or '0')
+if m[9] == false or tonumber(m[9]) ~= base then
+  -- versions up to base were written without the log (or it never existed): start afresh
+  floor, logged = base, 0
+  redis.call('UNLINK', log)
+end
+redis.call('HSET', log, vs, ARGV[7], '#' .. vs, nchanges)
+logged = logged + nchanges
+local size = redis.call('HLEN', data)
+local log_max = math.max(LOG_MIN, math.floor(size / LOG_FRACTION))
+while logged > log_max and floor < ver do
+  -- the oldest version goes; a worker holding a version below the new floor restores in full
+  floor = floor + 1
+  local old = string.format('%d', floor)
+  logged = logged - tonumber(redis.call('HGET', log, '#' .. old) or '0')
+  redis.call('HDEL', log, old, '#' .. old)
+end
+redis.call('HSET', meta, 'ver', vs, 'updated_at', ARGV[4], 'last_writer', ARGV[5],
+  'log_floor', string.format('%d', floor), 'log_ver', vs, 'log_n', string.format('%d', logged))
+return {m[6] .. ':' .. vs, size, m[6] .. ':' .. string.format('%d', base)}

@@ -1,6 +1,6 @@
 -- Import(task, entries): create a task from exported state (`taskstate import`), or add
 -- entries to one being imported.
--- KEYS: 1 meta, 2 data, 3 undo
+-- KEYS: 1 meta, 2 data, 3 undo, 4 log
 -- ARGV: 1 mode ('create' | 'replace' | 'append'), 2 epoch (append), 3 committed batch,
 --       4 position ('+' .. bytes, or '' for none), 5 codec, 6 generation id, 7 now,
 --       then key/value pairs
@@ -8,8 +8,11 @@
 -- Open (TSNOUNDO) rather than counted twice. Its epoch is one above any earlier claim,
 -- so an attempt still holding the old task is fenced off; `append` requests must carry
 -- that epoch, so an import racing a running job fails instead of mixing states.
+-- An import writes no change log: a created task is a new generation (every cached
+-- copy restores in full), and an appended piece bumps ver without log_ver, so the next
+-- commit starts the log afresh (commit.lua).
 -- Returns {epoch, size}. Errors: TSEXISTS, TSFENCED <epoch>. An error writes nothing.
-local meta, data, undo = KEYS[1], KEYS[2], KEYS[3]
+local meta, data, undo, log = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local mode = ARGV[1]
 local epoch
 if mode == 'append' then
@@ -25,7 +28,7 @@ else
     return redis.error_reply('TSEXISTS')
   end
   epoch = (tonumber(redis.call('HGET', meta, 'epoch') or '0') or 0) + 1
-  redis.call('UNLINK', data, undo, meta)
+  redis.call('UNLINK', data, undo, meta, log)
   redis.call('HSET', meta, 'layout', '1', 'epoch', string.format('%d', epoch),
     'batch', ARGV[3], 'gen', ARGV[6], 'ver', '1', 'codec', ARGV[5], 'updated_at', ARGV[7],
     'last_writer', 'taskstate import')

@@ -1,5 +1,5 @@
 -- Open(task, batch, attempt): claim the task for a task attempt.
--- KEYS: 1 meta, 2 data, 3 undo (all in the task's hash-tag slot)
+-- KEYS: 1 meta, 2 data, 3 undo, 4 log (all in the task's hash-tag slot)
 -- ARGV: 1 batch ('' for batch jobs), 2 generation id for a new task, 3 now,
 --       4 writer, 5 codec, 6 attempt id ('' from an older client: always a new claim)
 -- The claim belongs to the task attempt, not to a process: meta 'claim' and
@@ -9,14 +9,17 @@
 -- rollback of a replayed batch), and the attempt it displaced is added to 'superseded'
 -- (the last SUPERSEDED_MAX, space-separated): that zombie's later Open is fenced instead
 -- of rolling back the attempt that replaced it.
+-- A rollback is a new version in the change log (commit.lua): in fields mode the keys
+-- it restored are logged at that version; in copy mode (the batch touched a large share
+-- of the state) the log starts afresh, so workers holding older versions restore in full.
 -- Returns {epoch, committed_batch, position|false, has_position, size, version,
 --          rolled_back, rolled_back_keys, reused_claim}
 -- Errors: TSAHEAD <last>, TSCORRUPT <what>, TSCODEC <stored codec>, TSFENCED <epoch>.
 -- An error writes nothing.
 local SUPERSEDED_MAX = 32
-local meta, data, undo = KEYS[1], KEYS[2], KEYS[3]
+local meta, data, undo, log = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 -- a data or rollback key of another type would fail a write half-way: refuse first
-for _, k in ipairs({data, undo}) do
+for _, k in ipairs({data, undo, log}) do
   local t = redis.call('TYPE', k)['ok']
   if t ~= 'hash' and t ~= 'none' then
     return redis.error_reply('TSCORRUPT key ' .. k .. ' holds a ' .. t .. ', not a hash')
@@ -24,7 +27,7 @@ for _, k in ipairs({data, undo}) do
 end
 local m = redis.call('HMGET', meta, 'layout', 'epoch', 'batch', 'gen', 'ver', 'codec',
   'undo_batch', 'prev_batch', 'prev_pos', 'pos', 'undo_mode', 'undo_n', 'claim',
-  'claim_batch', 'superseded')
+  'claim_batch', 'superseded', 'log_ver', 'log_n')
 if m[1] and m[1] ~= '1' then
   return redis.error_reply('TSCORRUPT layout version ' .. tostring(m[1]) .. ' is not 1')
 end
@@ -70,6 +73,9 @@ if has_batch and last == batch and last >= 0 then
     -- the checkpoint is older than the state
     return redis.error_reply('TSNOUNDO ' .. string.format('%d', last))
   end
+  -- the log goes on only if it covered every version so far (log_ver = ver)
+  local logged = m[16] and tonumber(m[16]) == ver
+  local newver = ver + 1
   if m[11] == 'copy' then
     -- undo is the data as it was before the batch (absent: there was none)
     if redis.call('EXISTS', undo) == 1 then
@@ -80,16 +86,25 @@ if has_batch and last == batch and last >= 0 then
       redis.call('UNLINK', data)
     end
     nrolled = tonumber(m[12] or '0')
+    logged = false
   else
     local u = redis.call('HGETALL', undo)
+    local undone = {}
     for i = 1, #u, 2 do
       if u[i + 1] == '' then
         redis.call('HDEL', data, u[i])
       else
         redis.call('HSET', data, u[i], u[i + 1])
       end
+      undone[#undone + 1] = u[i]
     end
     nrolled = #u / 2
+    if logged then
+      local nv = string.format('%d', newver)
+      redis.call('HSET', log, nv, cmsgpack.pack(undone), '#' .. nv, #undone)
+      redis.call('HSET', meta, 'log_n',
+        string.format('%d', tonumber(m[17] or '0') + #undone))
+    end
     redis.call('DEL', undo)
   end
   local prev = m[8] or '-1'
@@ -105,9 +120,17 @@ if has_batch and last == batch and last >= 0 then
   end
   redis.call('HDEL', meta, 'undo_batch', 'prev_batch', 'prev_pos', 'undo_mode', 'undo_n')
   redis.call('HINCRBY', meta, 'rollbacks', 1)
-  ver = ver + 1
+  if logged then
+    redis.call('HSET', meta, 'log_ver', string.format('%d', newver))
+  else
+    redis.call('UNLINK', log)
+    redis.call('HSET', meta, 'log_floor', string.format('%d', newver),
+      'log_ver', string.format('%d', newver), 'log_n', '0')
+  end
+  ver = newver
   rolled = 1
 end
+if not m[4] then redis.call('UNLINK', log) end  -- a new generation: no old log applies
 redis.call('HSET', meta, 'layout', '1', 'epoch', string.format('%d', epoch), 'gen', gen,
   'ver', string.format('%d', ver), 'codec', ARGV[5], 'opened_at', ARGV[3],
   'last_writer', ARGV[4])
