@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from taskstate.client import LocalContext, TaskState, _session
+from taskstate.client import LocalContext, TaskState, _cache
 from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess
 
@@ -138,7 +138,7 @@ def _restore_once(
     RSS is sampled only when asked, in a run that is not timed (the sampler thread
     would compete with the restore for the GIL).
     """
-    _session.sessions.clear()  # noqa: SLF001 - a fresh Python worker
+    _cache.sessions.clear()  # noqa: SLF001 - a fresh Python worker
     peak = [0]
     stop = threading.Event()
 

@@ -1,14 +1,13 @@
-"""One task attempt's claim, as this Python process holds it, and the per-process cache.
+"""One task attempt's claim, as this Python process holds it.
 
 A `Session` is what a process knows of a task after Open: the attempt it belongs to, the
-fencing epoch, the committed version and (mirror mode) the state as of that version.
-`sessions` maps task ids to the sessions this process holds, most recently used last.
+fencing epoch, the committed version and (mirror mode) the state as of that version. The
+sessions a process holds are cached in `_cache.py`.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +31,7 @@ class OpenInfo:
 
 @dataclass
 class Session:
-    """A claim held by this process for one task attempt (module-level cache)."""
+    """A claim held by this process for one task attempt (cached: `_cache.sessions`)."""
 
     attempt_id: str  # SCOPE:N (client/_context.py): the same in every serving process
     batch: int | None
@@ -45,26 +44,3 @@ class Session:
     packed: bool = False
     active: bool = False
     pid: int = field(default_factory=os.getpid)
-
-
-sessions: dict[str, Session] = {}
-# Spark runs one task per Python worker, but a job (or a test) may run tasks in threads.
-sessions_lock = threading.Lock()
-
-
-def remember(task_id: str, session: Session, limit: int) -> None:
-    """Keep `session` as the most recently used, within `limit` cached tasks.
-
-    The oldest idle sessions of other attempts go first (their cached state would only
-    save a Restore). Sessions of the current attempt are kept: their next block needs no
-    round trip (forgetting one would cost an Open, which the sidecar answers with the same
-    claim, and a Restore).
-    """
-    with sessions_lock:
-        sessions.pop(task_id, None)
-        sessions[task_id] = session
-        excess = len(sessions) - max(limit, 1)
-        for key in [
-            k for k, s in sessions.items() if not s.active and s.attempt_id != session.attempt_id
-        ][: max(excess, 0)]:
-            del sessions[key]

@@ -28,12 +28,13 @@ import orjson
 
 from taskstate.proto import taskstate_pb2 as pb
 
+from ._cache import remember, sessions
 from ._changes import MISSING, REENCODE, SCALARS, Changes, is_mutable
 from ._codec import CODECS, JsonCodec
 from ._config import TaskStateConfig
 from ._context import current_context, identity
 from ._errors import ConfigError, LimitError, TaskStateError
-from ._session import OpenInfo, Session, remember, sessions
+from ._session import OpenInfo, Session
 from ._transport import GrpcTransport
 from ._wire import ENTRY_OVERHEAD, REQUEST_HEADROOM, decode_chunk, pieces, unpack_keys
 

@@ -16,7 +16,7 @@ from taskstate.client import LocalContext
 
 
 def _serve(conn: Connection, sidecar: str, namespace: str) -> None:
-    from taskstate.client import TaskState, TaskStateError, _session
+    from taskstate.client import TaskState, TaskStateError, _cache
 
     state: Any = None
     while True:
@@ -49,7 +49,7 @@ def _serve(conn: Connection, sidecar: str, namespace: str) -> None:
                 reply = None
             elif cmd == "exit":
                 state.__exit__(None, None, None)
-                reply = _session.sessions[state.task_id].version
+                reply = _cache.sessions[state.task_id].version
             else:
                 raise ValueError(cmd)
             conn.send(("ok", reply))

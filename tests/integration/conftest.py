@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from taskstate.client import _session
+from taskstate.client import _cache
 from taskstate.sidecar.storage.redis.keys import namespace_pattern
 from taskstate.testing import RedisServer, SidecarProcess, find_redis_server
 
@@ -43,9 +43,9 @@ def sidecar(
 @pytest.fixture(autouse=True)
 def fresh_process_sessions() -> Iterator[None]:
     """Each test starts as a fresh Python worker would: no claims held."""
-    _session.sessions.clear()
+    _cache.sessions.clear()
     yield
-    _session.sessions.clear()
+    _cache.sessions.clear()
 
 
 def snapshot(r: RedisServer, namespace: str) -> dict[bytes, object]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from taskstate.client import LocalContext, StateAheadError, TaskState, TaskStateError, _session
+from taskstate.client import LocalContext, StateAheadError, TaskState, TaskStateError, _cache
 from taskstate.testing import RedisServer, SidecarProcess
 
 from .conftest import snapshot
@@ -56,7 +56,7 @@ def test_show_prints_exactly_what_the_next_attempt_restores(
         s["nested"]["seen"].append(3)  # changed in place: committed too
         s.commit(position={"offset": 42})
     out = json.loads(cli("show", f"{namespace}/c/0", "--json", sidecar=sidecar).stdout)
-    _session.sessions.clear()  # the next attempt runs in a new worker: it restores
+    _cache.sessions.clear()  # the next attempt runs in a new worker: it restores
     with ts(sidecar, namespace, 2) as s:
         assert s.info.restored
         restored = dict(s)
@@ -154,7 +154,7 @@ def test_export_drop_import_round_trip(
 
     r = cli("import", str(dump), sidecar=sidecar)
     assert "imported 2 task(s), 12014 key(s)" in r.stdout
-    _session.sessions.clear()
+    _cache.sessions.clear()
     for part in range(2):
         with ts(sidecar, namespace, 8, part=part) as s:
             assert dict(s) == {**VALUES, "part": part, **{f"n{i}": i for i in range(6000)}}
@@ -173,7 +173,7 @@ def test_imported_task_refuses_a_replay_of_its_batch_rather_than_count_twice(
     dump = tmp_path / "e.jsonl"
     cli("export", namespace, "--out", str(dump), sidecar=sidecar)
     cli("import", str(dump), "--replace", sidecar=sidecar)
-    _session.sessions.clear()
+    _cache.sessions.clear()
     with pytest.raises(TaskStateError, match="older than the state"), ts(sidecar, namespace, 3):
         pass
     with pytest.raises(StateAheadError), ts(sidecar, namespace, 2):

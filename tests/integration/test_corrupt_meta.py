@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from taskstate.client import CorruptStateError, LocalContext, TaskState, _session
+from taskstate.client import CorruptStateError, LocalContext, TaskState, _cache
 from taskstate.sidecar.storage.redis.keys import data_key, meta_key
 from taskstate.testing import RedisServer, SidecarProcess
 
@@ -52,7 +52,7 @@ def test_open_of_corrupt_task_names_it_and_changes_nothing(
         s.update({"a": 1, "b": 2})
     corrupt(redis_server.client(), namespace)
     before = snapshot(redis_server, namespace)
-    _session.sessions.clear()
+    _cache.sessions.clear()
     with pytest.raises(CorruptStateError) as info:
         ts(sidecar, namespace, 1).__enter__()
     msg = str(info.value)

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from taskstate.client import LocalContext, TaskState, _session
+from taskstate.client import LocalContext, TaskState, _cache
 from taskstate.proto import codes
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.sidecar.storage.redis.keys import namespace_pattern
@@ -248,7 +248,7 @@ def test_fuzzed_requests_never_crash_or_touch_other_tasks(
     target: tuple[RedisServer, SidecarProcess], tmp_path: Path
 ) -> None:
     redis, side = target
-    _session.sessions.clear()
+    _cache.sessions.clear()
     for part in range(3):  # the tasks nobody may touch, one with a rollback record
         for b in range(2):
             with TaskState(LocalContext(part, batch_id=b), component="c", namespace=PROTECTED,
@@ -297,7 +297,7 @@ def test_fuzzed_requests_never_crash_or_touch_other_tasks(
     assert "unexpected failure" not in log and "Traceback" not in log, log[-3000:]
     assert _protected_snapshot(redis) == before
     # and the protected tasks still work
-    _session.sessions.clear()
+    _cache.sessions.clear()
     with TaskState(LocalContext(0, batch_id=2), component="c", namespace=PROTECTED,
                    sidecar=side.target) as s:  # fmt: skip
         assert s["k0"] == {"b": 1, "p": 0} and len(s) == 50

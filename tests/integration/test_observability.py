@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from taskstate.client import FencedError, LocalContext, TaskState, _session
+from taskstate.client import FencedError, LocalContext, TaskState, _cache
 from taskstate.testing import RedisServer, SidecarProcess
 from taskstate.testing.processes import scrape_metrics as scrape
 
@@ -43,17 +43,17 @@ def test_metrics_move_with_commits_restores_rollbacks_and_fencing(
         with ts(side, namespace, b) as s:
             for i in range(100):
                 s[f"k{i}"] = b
-    _session.sessions.clear()  # a new worker replays batch 2: rollback, then restore
+    _cache.sessions.clear()  # a new worker replays batch 2: rollback, then restore
     with ts(side, namespace, 2) as s:
         assert s.info.rolled_back and s.info.restored and s["k0"] == 1
         s["k0"] = 2
     a = ts(side, namespace, 3)  # a zombie attempt
     a.__enter__()
     a["z"] = 1
-    zombie = _session.sessions.pop(a.task_id)
+    zombie = _cache.sessions.pop(a.task_id)
     with ts(side, namespace, 3) as b:
         b["k1"] = 3
-    _session.sessions[a.task_id] = zombie
+    _cache.sessions[a.task_id] = zombie
     with pytest.raises(FencedError):
         a.__exit__(None, None, None)
 
@@ -120,7 +120,7 @@ def test_log_records_of_a_request_carry_task_batch_and_epoch(
     side, _ = observed
     with ts(side, namespace, 4) as s:
         s["a"] = 1
-    _session.sessions.clear()
+    _cache.sessions.clear()
     with ts(side, namespace, 4) as s:  # a replay: logged at info with its task fields
         s["a"] = 2
     side.kill()

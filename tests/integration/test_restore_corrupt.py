@@ -23,9 +23,9 @@ def test_foreign_bytes_in_the_state_name_the_key(
         s.update({f"k{i}": i for i in range(50)})
     key = data_key(namespace, "c", 0)
     redis_server.client().hset(key, "intruder", raw)
-    from taskstate.client import _session
+    from taskstate.client import _cache
 
-    _session.sessions.clear()
+    _cache.sessions.clear()
     with pytest.raises(CodecError, match=says) as info:
         TaskState(LocalContext(0), component="c", namespace=namespace,
                   sidecar=sidecar.target).__enter__()  # fmt: skip

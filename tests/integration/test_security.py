@@ -18,7 +18,7 @@ from taskstate.client import (
     SidecarUnavailableError,
     TaskState,
     UnauthenticatedError,
-    _session,
+    _cache,
 )
 from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess
@@ -124,7 +124,7 @@ def test_tls_listener_and_mutual_tls(
         monkeypatch.setenv("TASKSTATE_SIDECAR_TLS_KEY", str(tls.client_key))
         with ts(addr, namespace) as s:
             s["a"] = 1
-        _session.sessions.clear()
+        _cache.sessions.clear()
         with ts(addr, namespace, 1) as s:
             assert s["a"] == 1
     finally:
@@ -173,7 +173,7 @@ def test_a_token_touches_only_its_namespaces(
     before_b = snapshot(redis_server, ns_b)
 
     monkeypatch.setenv("TASKSTATE_TOKEN_FILE", str(token_file(tmp_path, TOKEN_A)))
-    _session.sessions.clear()
+    _cache.sessions.clear()
     with ts(side.target, ns_a) as s:
         s["mine"] = 1
     with pytest.raises(PermissionDeniedError) as info:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from taskstate.client import LocalContext, TaskState, _session
+from taskstate.client import LocalContext, TaskState, _cache
 from taskstate.sidecar.storage.redis.keys import data_key, meta_key
 from taskstate.testing import RedisServer, SidecarProcess
 
@@ -39,7 +39,7 @@ def test_replay_rolls_back_exactly_in_each_mode(
         pass  # a retry of batch 1 by a new attempt: rolls back first
     assert s.info.rolled_back
     assert c.hgetall(data_key(namespace, "c", 0)) == before
-    _session.sessions.clear()
+    _cache.sessions.clear()
     # the retry's own commits are recorded again: two blocks of one attempt (group-scoped)
     attempt = LocalContext(0, batch_id=1)
     _block(sidecar.target, namespace, attempt, {f"k{i}": -i for i in range(changed)}, ["k999"])

@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 import pytest
 
-from taskstate.client import LocalContext, TaskState, _session
+from taskstate.client import LocalContext, TaskState, _cache
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess
@@ -126,7 +126,7 @@ def test_new_client_commits_and_restores_through_an_older_sidecar(
     assert len(stored) == 2_000 and b"gone" not in stored
     assert stored[b"k0"] == b'"changed"' and stored[b"k1999"] == b'{"i":1999}'
 
-    _session.sessions.clear()  # a new worker: it restores through the old sidecar
+    _cache.sessions.clear()  # a new worker: it restores through the old sidecar
     with _task(old_sidecar.target, namespace, 2) as s:
         assert s.info.restored and dict(s) == {
             **{f"k{i}": {"i": i} for i in range(1, 2_000)},
@@ -141,7 +141,7 @@ def test_current_sidecar_advertises_packed_commits(
     """The proxy is what makes the difference: the same client packs against the real one."""
     seen: list[bool] = []
     for target, ns in ((sidecar.target, namespace), (old_sidecar.target, namespace + "-old")):
-        _session.sessions.clear()
+        _cache.sessions.clear()
         with _task(target, ns, 0) as s:
             seen.append(s._require_session().packed)
             s["a"] = 1

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from taskstate.client import LocalContext, TaskState, _session
+from taskstate.client import LocalContext, TaskState, _cache
 from taskstate.client._context import identity
 from taskstate.proto import ids
 from taskstate.testing import FakeSidecar
@@ -103,9 +103,9 @@ def test_a_second_process_of_the_attempt_shares_the_claim(
 
     block(LocalContext(0, batch_id=1), {"base": 1})
     first = block(attempt, {"g": 1})
-    _session.sessions.clear()  # the attempt's timed-out groups, in another worker
+    _cache.sessions.clear()  # the attempt's timed-out groups, in another worker
     second = block(attempt, {"t": 1})
     assert second.reused_claim and not second.rolled_back and second.epoch == first.epoch
-    _session.sessions.clear()
+    _cache.sessions.clear()
     replay = block(LocalContext(0, batch_id=2), {})  # Spark's next attempt of batch 2
     assert replay.rolled_back and replay.rolled_back_keys == 2

@@ -45,9 +45,9 @@ def test_commit_on_exit_and_restore_in_a_new_process_view(
         s["b"] = {"x": [1, 2]}
     assert stored(fake, namespace) == {"a": b"1", "b": b'{"x":[1,2]}'}
     # forget what this process holds: the next block must restore from the sidecar
-    from taskstate.client import _session
+    from taskstate.client import _cache
 
-    _session.sessions.clear()
+    _cache.sessions.clear()
     with open_state(fake, namespace, 1) as s:
         assert dict(s) == {"a": 1, "b": {"x": [1, 2]}}
         assert s.info.restored and s.info.committed_batch == 0
@@ -148,12 +148,12 @@ def test_fencing_older_attempt_commit_raises_and_writes_nothing(
     a.__enter__()
     a["who"] = "A"
     # B: a newer attempt, as if from another executor
-    from taskstate.client import _session
+    from taskstate.client import _cache
 
-    saved = _session.sessions.pop(a.task_id)
+    saved = _cache.sessions.pop(a.task_id)
     with open_state(fake, namespace, 1) as b:
         b["who"] = "B"
-    _session.sessions[a.task_id] = saved
+    _cache.sessions[a.task_id] = saved
     with pytest.raises(FencedError, match="fenced"):
         a.__exit__(None, None, None)
     assert stored(fake, namespace) == {"who": b'"B"'}
@@ -254,9 +254,9 @@ def test_batch_job_checkpoints_position(fake: FakeSidecar, namespace: str) -> No
         s.commit(position={"offset": 10})
         s["n"] = 20
         s.commit(position={"offset": 20})
-    from taskstate.client import _session
+    from taskstate.client import _cache
 
-    _session.sessions.clear()
+    _cache.sessions.clear()
     with open_state(fake, namespace, None) as s:
         assert s.position == {"offset": 20} and s["n"] == 20
 
@@ -322,15 +322,15 @@ def test_channels_are_recreated_after_fork(fake: FakeSidecar, namespace: str) ->
 def test_process_cache_is_bounded_but_keeps_the_current_attempt(
     fake: FakeSidecar, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from taskstate.client import _session
+    from taskstate.client import _cache
 
     monkeypatch.setenv("TASKSTATE_CACHE_TASKS", "3")
-    _session.sessions.clear()
+    _cache.sessions.clear()
     for p in range(6):  # six tasks run one after another in this worker
         with open_state(fake, namespace, 0, part=p) as s:
             s["p"] = p
-    assert len(_session.sessions) == 3
-    assert sorted(_session.sessions) == [f"{namespace}/c/{p}" for p in (3, 4, 5)]
+    assert len(_cache.sessions) == 3
+    assert sorted(_cache.sessions) == [f"{namespace}/c/{p}" for p in (3, 4, 5)]
     # one attempt touching many components keeps all its claims (no self-rollback)
     ctx = LocalContext(0, batch_id=1)
     for comp in ("a", "b", "c", "d", "e"):

@@ -77,7 +77,7 @@ def test_with_batch_id_sets_the_property_for_the_call_only() -> None:
 
 
 def test_resume_skips_checkpointed_items_and_checkpoints(fake: FakeSidecar, namespace: str) -> None:
-    from taskstate.client import _session
+    from taskstate.client import _cache
 
     def run(items: list[int], stop_at: int | None) -> list[int]:
         done = []
@@ -93,7 +93,7 @@ def test_resume_skips_checkpointed_items_and_checkpoints(fake: FakeSidecar, name
 
     with pytest.raises(RuntimeError):
         run(list(range(10)), stop_at=7)
-    _session.sessions.clear()
+    _cache.sessions.clear()
     assert run(list(range(10)), stop_at=None) == [6, 7, 8, 9]  # resumed after 6 items
     with TaskState(LocalContext(0), component="c", namespace=namespace, sidecar=fake.target) as s:
         assert s["sum"] == sum(range(10)) and s.position == 9
