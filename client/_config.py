@@ -19,6 +19,8 @@ ENV_TIMEOUT = "TASKSTATE_TIMEOUT"
 ENV_RETRY_DEADLINE = "TASKSTATE_RETRY_DEADLINE"
 ENV_MAX_MESSAGE = "TASKSTATE_MAX_MESSAGE_BYTES"
 ENV_CACHE_TASKS = "TASKSTATE_CACHE_TASKS"
+ENV_CACHE_BYTES = "TASKSTATE_CACHE_BYTES"
+DEFAULT_CACHE_BYTES = 256 << 20
 ENV_RUN_DIR = "TASKSTATE_RUN_DIR"
 DEFAULT_RUN_DIR = "/tmp/taskstate-run"  # noqa: S108 - the plugin's socket rendezvous
 _found: dict[int, str] = {}  # pid -> plugin sidecar found by this process
@@ -158,6 +160,7 @@ class TaskStateConfig:
     retry_deadline_s: float = 30.0
     max_message_bytes: int = 64 << 20
     cache_tasks: int = 16
+    cache_bytes: int = DEFAULT_CACHE_BYTES
     security: SidecarSecurity = SidecarSecurity()
 
     @property
@@ -204,6 +207,7 @@ class TaskStateConfig:
         grpc_target(target)
         max_message = _int_env(env, ENV_MAX_MESSAGE, 64 << 20, minimum=1 << 16)
         cache_tasks = _int_env(env, ENV_CACHE_TASKS, 16, minimum=0)
+        cache_bytes = _int_env(env, ENV_CACHE_BYTES, DEFAULT_CACHE_BYTES, minimum=0)
         return cls(
             namespace=ns,
             component=component,
@@ -215,5 +219,6 @@ class TaskStateConfig:
             retry_deadline_s=_float_env(env, ENV_RETRY_DEADLINE, 30.0),
             max_message_bytes=max_message,
             cache_tasks=cache_tasks,
+            cache_bytes=cache_bytes,
             security=SidecarSecurity.from_env(env),
         )

@@ -43,4 +43,7 @@ class Session:
     # the sidecar reads CommitRequest.packed_* (an older one would ignore them unread)
     packed: bool = False
     active: bool = False
+    # encoded bytes per key of the state, as last restored or first committed (0: not
+    # known yet): what `_cache.size_of` estimates the cached data's memory from
+    entry_bytes: float = 0.0
     pid: int = field(default_factory=os.getpid)

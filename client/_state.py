@@ -212,7 +212,7 @@ class TaskState(MutableMapping[str, Any]):
         else:
             session = self._open(prior)
         session.active = True
-        remember(self.task_id, session, self.config.cache_tasks)
+        remember(self.task_id, session, self.config.cache_tasks, self.config.cache_bytes)
         self._session = session
         self._data = session.data if session.data is not None else {}
         self.phase = Phase.OPEN
@@ -251,6 +251,7 @@ class TaskState(MutableMapping[str, Any]):
                 reused_claim=r.reused_claim,
             ),
             packed=r.packed_commits,
+            entry_bytes=prior.entry_bytes if prior is not None else 0.0,
         )
         if c.mode == "mirror" and session.data is None:
             if r.size == 0:
@@ -275,7 +276,10 @@ class TaskState(MutableMapping[str, Any]):
         task = self.task_id
         json = self._json
 
+        wire = [0]
+
         def on_chunk(chunk: pb.RestoreChunk) -> None:
+            wire[0] += len(chunk.packed) + (chunk.ByteSize() if chunk.entries else 0)
             if chunk.delta:
                 delta[0] = True
                 deleted.extend(chunk.deletes)
@@ -284,6 +288,7 @@ class TaskState(MutableMapping[str, Any]):
             decode_chunk(task, chunk, decode, json, data)
 
         def on_reset() -> None:
+            wire[0] = 0
             data.clear()
             deleted.clear()
             delta[0] = False
@@ -301,6 +306,10 @@ class TaskState(MutableMapping[str, Any]):
             data = state
         session.data = data
         session.version = version or session.version
+        if sent and not (delta[0] and since is not None and since.entry_bytes):
+            session.entry_bytes = wire[0] / sent
+        elif since is not None:
+            session.entry_bytes = since.entry_bytes
         session.info = replace(
             session.info, restored=True, size=len(data), delta=delta[0], restored_keys=sent
         )
@@ -390,6 +399,8 @@ class TaskState(MutableMapping[str, Any]):
             raise
         if pos is not None:
             session.position = pos
+        if not session.entry_bytes and upserts:  # the state's first sizes: from this commit
+            session.entry_bytes = sum(len(k) + len(v) for k, v in upserts) / len(upserts)
         self._changes.clear()
 
     # -- MutableMapping -----------------------------------------------------------
