@@ -1,6 +1,6 @@
 """taskstate's speed against the limits, as ratios measured in the same run.
 
-    python -m benchmarks [--quick] [--json FILE] [--only commit,restore,latency,spark,recovery]
+    python -m benchmarks [--quick] [--json FILE] [--only commit,restore,...,handover,memory]
 
 Every figure runs the real path (client -> sidecar process -> redis-server, both on Unix
 sockets in a temp directory) and a baseline on the same Redis in the same run, because
@@ -29,6 +29,8 @@ import orjson
 from taskstate.client import LocalContext, TaskState, _cache
 from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess
+
+from .handover import executor_memory, handover
 
 
 @dataclass
@@ -370,6 +372,8 @@ SIZES = {
         "latency": 2000,
         "spark": (14, 2000),
         "recovery": (1_000_000, 20_000, 6, 3),
+        "handover": (50_000, 400_000, 15),
+        "memory": (8, 250_000, 64),
     },
     "quick": {
         "commit": (2_000, 3),
@@ -377,11 +381,13 @@ SIZES = {
         "latency": 200,
         "spark": (4, 300),
         "recovery": (20_000, 500, 4, 2),
+        "handover": (5_000, 40_000, 5),
+        "memory": (4, 20_000, 2),
     },
 }
 
 
-FIGURES = ("commit", "restore", "latency", "spark", "recovery")
+FIGURES = ("commit", "restore", "latency", "spark", "recovery", "handover", "memory")
 
 
 def machine() -> dict[str, Any]:
@@ -431,6 +437,8 @@ def run(quick: bool, only: set[str]) -> dict[str, Any]:
                 ("latency", lambda: [commit_latency(redis, side.target, size["latency"])]),
                 ("spark", lambda: spark_demo(side.target, work, *size["spark"])),
                 ("recovery", lambda: [recovery(redis, side.target, work, size["recovery"])]),
+                ("handover", lambda: handover(redis, side.target, *size["handover"])),
+                ("memory", lambda: [executor_memory(redis, side.target, *size["memory"])]),
             ]
             for name, step in steps:
                 if only and name not in only:

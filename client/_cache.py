@@ -77,7 +77,7 @@ def remember(task_id: str, session: Session, limit_tasks: int, limit_bytes: int)
             total -= size_of(s)
             s.data = None
         own = size_of(session)
-        if own > limit_bytes and task_id not in _warned:
+        if own > limit_bytes > 0 and task_id not in _warned:
             _warned.add(task_id)
             log.warning(
                 "task %s: its state (about %d MiB) is larger than TASKSTATE_CACHE_BYTES "

@@ -1,0 +1,72 @@
+"""A long full restore reports its progress: a per-task gauge while it runs, a log line with
+an ETA, and nothing left behind when it ends."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import pytest
+
+from taskstate.proto import taskstate_pb2 as pb
+from taskstate.sidecar import metrics, restore
+from taskstate.sidecar.storage.base import Durability, TaskKey
+from taskstate.sidecar.storage.memory.store import MemoryStorage
+
+
+def _gauge(task: str, kind: str) -> float | None:
+    return metrics.REGISTRY.get_sample_value(
+        "taskstate_restore_progress_keys", {"task": task, "kind": kind}
+    )
+
+
+def test_progress_is_logged_with_an_eta_and_the_gauge_is_removed_at_the_end(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(restore, "PROGRESS_AFTER_S", 0.0)  # report from the first page
+    monkeypatch.setattr(restore, "PROGRESS_EVERY_S", 0.0)
+    store = MemoryStorage()
+    task = TaskKey("ns", "c", 0)
+    seen: list[tuple[float | None, float | None]] = []
+
+    async def run() -> list[pb.RestoreChunk]:
+        r = await store.open(task, 0, codec="json", writer="w", durability=Durability())
+        await store.commit(task, r.epoch, 0, [(f"k{i}", b"1") for i in range(50)], [], None,
+                           writer="w", durability=Durability())  # fmt: skip
+        out = []
+        req = pb.RestoreRequest(max_fields=10)
+        async for chunk in restore.stream_restore(store, task, r.epoch, req):
+            seen.append((_gauge(task.fq, "restored"), _gauge(task.fq, "expected")))
+            out.append(chunk)
+        return out
+
+    before = metrics.REGISTRY.get_sample_value("taskstate_restores_total", {"kind": "full"}) or 0
+    with caplog.at_level(logging.INFO, logger="taskstate.sidecar.restore"):
+        chunks: Any = asyncio.run(run())
+    assert sum(len(c.entries) for c in chunks) == 50 and chunks[-1].last
+    # while it ran: the keys sent so far of the 50 expected (set after each page is sent)
+    assert seen == [(None, None)] + [(float(n), 50.0) for n in (10, 20, 30, 40, 50)]
+    lines = [r for r in caplog.records if r.getMessage() == "restoring"]
+    assert [r.__dict__["restored"] for r in lines] == [10, 20, 30, 40, 50]
+    assert all(r.__dict__["expected"] == 50 and "eta_s" in r.__dict__ for r in lines)
+    # when it ended: no series left for the task
+    assert _gauge(task.fq, "restored") is None and _gauge(task.fq, "expected") is None
+    after = metrics.REGISTRY.get_sample_value("taskstate_restores_total", {"kind": "full"})
+    assert after == before + 1
+
+
+def test_a_short_restore_reports_nothing(caplog: pytest.LogCaptureFixture) -> None:
+    store = MemoryStorage()
+    task = TaskKey("ns", "short", 0)
+
+    async def run() -> None:
+        r = await store.open(task, 0, codec="json", writer="w", durability=Durability())
+        await store.commit(task, r.epoch, 0, [("a", b"1")], [], None, writer="w",
+                           durability=Durability())  # fmt: skip
+        async for _ in restore.stream_restore(store, task, r.epoch, pb.RestoreRequest()):
+            assert _gauge(task.fq, "restored") is None
+
+    with caplog.at_level(logging.INFO, logger="taskstate.sidecar.restore"):
+        asyncio.run(run())
+    assert not [r for r in caplog.records if r.getMessage() == "restoring"]
