@@ -34,6 +34,10 @@ def test_quick_benchmarks_run_and_report_every_figure(spark_ready: None, tmp_pat
     assert rec["met"] is None  # the issue sets no target; the figure checked its state
     for side in ("taskstate", "spark"):
         assert rec["detail"][side]["recovery_s"] > 0 and rec["detail"][side]["normal_ms"] > 0
+    hand = [f for f in result["figures"] if f["name"].startswith("hand-over batch")]
+    assert len(hand) == 2 and hand[0]["detail"]["40000_delta_restores"] == 5
+    (mem,) = [f for f in result["figures"] if f["name"].startswith("executor memory")]
+    assert mem["detail"]["rss_mib"]["unbounded"] > 0
     for f in result["figures"]:
         assert f["ours"] >= 0 and f["baseline"] > 0 and f["ratio"] > 0, f
     assert result["machine"]["cpus"] and "redis_server" in result["machine"]
