@@ -1,7 +1,8 @@
 """The Lua scripts of the task protocol (redis/lua/), each knowing its SHA-1.
 
-Redis names a loaded script by the SHA-1 of its source; a restarted or failed-over
-server has an empty script cache, so callers load on NOSCRIPT (see routing.py).
+Every script starts with lua/prelude.lua (helpers shared by the scripts). Redis names a
+loaded script by the SHA-1 of its source; a restarted or failed-over server has an empty
+script cache, so callers load on NOSCRIPT (see routing.py).
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import hashlib
 from dataclasses import dataclass
 from importlib import resources
 
-NAMES = ("open", "commit", "get", "import", "changes", "values")
+NAMES = ("open", "commit", "get", "import", "changes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,8 +24,9 @@ class Script:
 
     @classmethod
     def load(cls, name: str) -> Script:
-        """Read `lua/<name>.lua` from the package."""
-        source = resources.files(__package__).joinpath("lua", f"{name}.lua").read_text()
+        """Read `lua/<name>.lua` from the package, after the shared `lua/prelude.lua`."""
+        lua = resources.files(__package__).joinpath("lua")
+        source = lua.joinpath("prelude.lua").read_text() + lua.joinpath(f"{name}.lua").read_text()
         sha = hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis names scripts by SHA-1
         return cls(name, source, sha)
 

@@ -32,7 +32,6 @@ from .scan import ServerChangedError, hscan_pages
 log = logging.getLogger("taskstate.sidecar.redis")
 
 _GET_CHUNK = 2000
-_CHANGES_PAGE = 5000  # keys per values.lua call: each call blocks Redis briefly
 # Below this many fields a restore reads the hash in one HGETALL; above, HSCAN pages.
 _HGETALL_MAX = 5000
 
@@ -184,14 +183,14 @@ class RedisStorage(RedisAdmin):
     ) -> Delta | None:
         """The keys changed since `since`, from the change log; see base.Storage.
 
-        changes.lua names the keys (one msgpack array per version); values.lua reads their
+        changes.lua names the keys (one msgpack array per version); get.lua reads their
         values in pages, each checking that the state is still at the version the keys
         were named for (else None: the caller restores in full).
         """
         gen, _, counter = since.partition(":")
         if not gen or not counter.isdigit():
             return None
-        meta, data, _, log = task_keys(task)
+        meta, _, _, log = task_keys(task)
         args = [str(epoch), counter, gen, str(max_keys)]
 
         async def names() -> Any:
@@ -208,27 +207,18 @@ class RedisStorage(RedisAdmin):
         for blob in r[2:]:
             keys.update(dict.fromkeys(unpack_keys(blob)))
         changed = list(keys)
-        at = version.rpartition(":")[2]
+        try:
+            at = version.rpartition(":")[2]
+            values = await self._values(task, epoch, changed, at) if changed else []
+        except _StateMovedError:
+            return None  # a commit landed since the keys were named
         upserts: list[tuple[str | bytes, bytes]] = []
         deletes: list[str | bytes] = []
-        for i in range(0, len(changed), _CHANGES_PAGE):
-            page = changed[i : i + _CHANGES_PAGE]
-            vargs = [str(epoch), at, *page]
-
-            async def values(vargs: list[Any] = vargs) -> Any:
-                return await self._conn.evalsha("values", (meta, data), vargs)
-
-            try:
-                got = await self._conn.run("values", values)
-            except rex.ResponseError as exc:
-                raise script_error(task, exc, None) from None
-            if not int(got[0]):
-                return None  # a commit landed since the keys were named
-            for k, v in zip(page, got[1:], strict=True):
-                if v is None:
-                    deletes.append(k)
-                else:
-                    upserts.append((k, v))
+        for k, v in zip(changed, values, strict=True):
+            if v is None:
+                deletes.append(k)
+            else:
+                upserts.append((k, v))
         return Delta(version, upserts, deletes)
 
     async def _hgetall(self, key: str) -> dict[Any, Any]:
@@ -285,16 +275,32 @@ class RedisStorage(RedisAdmin):
 
     async def get(self, task: TaskKey, epoch: int, keys: Sequence[str]) -> list[bytes | None]:
         """Read keys (remote mode), fenced by epoch."""
+        return await self._values(task, epoch, keys)
+
+    async def _values(
+        self, task: TaskKey, epoch: int, keys: Sequence[Any], at: str = ""
+    ) -> list[bytes | None]:
+        """The values of `keys` (None: absent), fenced by epoch, in pages (get.lua).
+
+        With `at`, every page also checks that the state is at that version counter:
+        _StateMovedError when it moved.
+        """
         meta, data, _, _ = task_keys(task)
         out: list[bytes | None] = []
         for i in range(0, max(len(keys), 1), _GET_CHUNK):
             part = list(keys[i : i + _GET_CHUNK])
 
-            async def call(part: list[str] = part) -> Any:
-                return await self._conn.evalsha("get", (meta, data), [str(epoch), *part])
+            async def call(part: list[Any] = part) -> Any:
+                return await self._conn.evalsha("get", (meta, data), [str(epoch), at, *part])
 
             try:
                 out.extend(await self._conn.run("get", call))
             except rex.ResponseError as exc:
+                if str(exc).startswith("TSMOVED"):
+                    raise _StateMovedError from None
                 raise script_error(task, exc, None) from None
         return out
+
+
+class _StateMovedError(Exception):
+    """The state moved past the version a delta restore's keys were named for."""

@@ -24,13 +24,8 @@
 -- Errors: TSFENCED <epoch>, TSAHEAD <last>, TSCORRUPT <what>.
 -- An error writes nothing.
 local meta, data, undo, log = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
--- a data or rollback key of another type would fail a write half-way: refuse first
-for _, k in ipairs({data, undo, log}) do
-  local t = redis.call('TYPE', k)['ok']
-  if t ~= 'hash' and t ~= 'none' then
-    return redis.error_reply('TSCORRUPT key ' .. k .. ' holds a ' .. t .. ', not a hash')
-  end
-end
+local foreign = not_hashes({data, undo, log})  -- prelude.lua
+if foreign then return foreign end
 local m = redis.call('HMGET', meta, 'epoch', 'batch', 'undo_batch', 'pos', 'ver', 'gen',
   'undo_mode', 'log_floor', 'log_ver', 'log_n')
 for i, name in ipairs({'epoch', 'batch', 'undo_batch', 'ver', 'log_floor', 'log_ver',

@@ -18,13 +18,8 @@
 -- An error writes nothing.
 local SUPERSEDED_MAX = 32
 local meta, data, undo, log = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
--- a data or rollback key of another type would fail a write half-way: refuse first
-for _, k in ipairs({data, undo, log}) do
-  local t = redis.call('TYPE', k)['ok']
-  if t ~= 'hash' and t ~= 'none' then
-    return redis.error_reply('TSCORRUPT key ' .. k .. ' holds a ' .. t .. ', not a hash')
-  end
-end
+local foreign = not_hashes({data, undo, log})  -- prelude.lua
+if foreign then return foreign end
 local m = redis.call('HMGET', meta, 'layout', 'epoch', 'batch', 'gen', 'ver', 'codec',
   'undo_batch', 'prev_batch', 'prev_pos', 'pos', 'undo_mode', 'undo_n', 'claim',
   'claim_batch', 'superseded', 'log_ver', 'log_n')

@@ -1,0 +1,13 @@
+-- Shared by every script (scripts.py puts it first).
+-- not_hashes(keys): the error reply for the first key that exists and is not a hash, or
+-- nil. A data, rollback or log key of another type would fail a write half-way: the
+-- scripts that write refuse first.
+local function not_hashes(keys)
+  for _, k in ipairs(keys) do
+    local t = redis.call('TYPE', k)['ok']
+    if t ~= 'hash' and t ~= 'none' then
+      return redis.error_reply('TSCORRUPT key ' .. k .. ' holds a ' .. t .. ', not a hash')
+    end
+  end
+  return nil
+end
