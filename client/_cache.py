@@ -48,7 +48,11 @@ def size_of(session: Session) -> int:
 def cached_bytes() -> int:
     """The estimated memory of all the state this process holds (running blocks included)."""
     with sessions_lock:
-        return sum(size_of(s) for s in sessions.values())
+        return _total()
+
+
+def _total() -> int:
+    return sum(size_of(s) for s in sessions.values())
 
 
 def remember(task_id: str, session: Session, limit_tasks: int, limit_bytes: int) -> None:
@@ -68,7 +72,7 @@ def remember(task_id: str, session: Session, limit_tasks: int, limit_bytes: int)
             k for k, s in sessions.items() if not s.active and s.attempt_id != session.attempt_id
         ][: max(excess, 0)]:
             del sessions[key]
-        total = sum(size_of(s) for s in sessions.values())
+        total = _total()
         for s in list(sessions.values()):  # least recently used first
             if total <= limit_bytes:
                 break

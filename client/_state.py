@@ -275,8 +275,7 @@ class TaskState(MutableMapping[str, Any]):
         decode = self._codec.decode
         task = self.task_id
         json = self._json
-
-        wire = [0]
+        wire = [0]  # bytes received: the state's size per key (`_cache.size_of`)
 
         def on_chunk(chunk: pb.RestoreChunk) -> None:
             wire[0] += len(chunk.packed) + (chunk.ByteSize() if chunk.entries else 0)
@@ -306,10 +305,10 @@ class TaskState(MutableMapping[str, Any]):
             data = state
         session.data = data
         session.version = version or session.version
-        if sent and not (delta[0] and since is not None and since.entry_bytes):
+        # a delta's few keys say little of the state's sizes: keep what was known (Open
+        # carried it over from the session the delta was applied to)
+        if sent and not (delta[0] and session.entry_bytes):
             session.entry_bytes = wire[0] / sent
-        elif since is not None:
-            session.entry_bytes = since.entry_bytes
         session.info = replace(
             session.info, restored=True, size=len(data), delta=delta[0], restored_keys=sent
         )

@@ -181,10 +181,11 @@ class MemoryStorage:
         t = self.tasks.get(task)
         self._fenced(task, t, epoch)
         assert t is not None  # noqa: S101 - checked by _fenced
+        keys = [k for k, _ in upserts] + list(deletes)
         if batch is not None:
             if batch < t.batch:
                 raise errors.state_ahead(task.fq, t.batch, batch)
-            changes = len(upserts) + len(deletes)
+            changes = len(keys)
             if batch > t.batch or t.undo_batch != batch:
                 t.undo = {}
                 # the same rule as commit.lua: a whole copy when the batch touches at
@@ -198,7 +199,7 @@ class MemoryStorage:
             if t.undo_copy is not None:
                 t.undo_n += changes
             else:
-                for k in [k for k, _ in upserts] + list(deletes):
+                for k in keys:
                     if k not in t.undo:
                         t.undo[k] = t.data.get(k, _ABSENT)
         for k, v in upserts:
@@ -208,7 +209,7 @@ class MemoryStorage:
         if position is not None:
             t.position = position
         base = t.version
-        self._log(t, [k for k, _ in upserts] + list(deletes))
+        self._log(t, keys)
         t.ver += 1
         t.updated_at = time.time()
         t.last_writer = writer
