@@ -9,6 +9,8 @@ can run blocks of one attempt in two processes in any order, interleaved.
 from __future__ import annotations
 
 import multiprocessing
+from collections.abc import Iterator
+from contextlib import contextmanager
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -108,3 +110,14 @@ class WorkerError(Exception):
         super().__init__(f"{kind}: {message}")
         self.kind = kind
         self.message = message
+
+
+@contextmanager
+def worker_pool(sidecar: str, namespace: str, n: int = 3) -> Iterator[list[Worker]]:
+    """`n` worker processes for one namespace, stopped afterwards."""
+    ws = [Worker(sidecar, namespace) for _ in range(n)]
+    try:
+        yield ws
+    finally:
+        for w in ws:
+            w.close()

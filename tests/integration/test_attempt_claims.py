@@ -19,7 +19,7 @@ from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 from taskstate.sidecar.storage.redis.keys import data_key, meta_key
 from taskstate.testing import RedisServer, SidecarProcess
 
-from .attempt_worker import Worker, WorkerError
+from .attempt_worker import Worker, WorkerError, worker_pool
 from .conftest import snapshot
 
 pytestmark = pytest.mark.integration
@@ -27,12 +27,8 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def workers(sidecar: SidecarProcess, namespace: str) -> Iterator[list[Worker]]:
-    ws = [Worker(sidecar.target, namespace) for _ in range(3)]
-    try:
+    with worker_pool(sidecar.target, namespace) as ws:
         yield ws
-    finally:
-        for w in ws:
-            w.close()
 
 
 def stored(r: RedisServer, ns: str) -> dict[str, bytes]:

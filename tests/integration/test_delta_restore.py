@@ -20,7 +20,7 @@ from taskstate.sidecar.storage.base import LOG_MIN
 from taskstate.sidecar.storage.redis.keys import data_key, meta_key, task_key
 from taskstate.testing import RedisServer, SidecarProcess
 
-from .attempt_worker import Worker
+from .attempt_worker import Worker, worker_pool
 
 pytestmark = pytest.mark.integration
 
@@ -37,12 +37,8 @@ def side(
 
 @pytest.fixture
 def workers(side: SidecarProcess, namespace: str) -> Iterator[list[Worker]]:
-    ws = [Worker(side.target, namespace) for _ in range(3)]
-    try:
+    with worker_pool(side.target, namespace) as ws:
         yield ws
-    finally:
-        for w in ws:
-            w.close()
 
 
 def stored(r: RedisServer, ns: str) -> dict[str, int]:

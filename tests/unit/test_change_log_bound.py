@@ -1,0 +1,13 @@
+"""The change log's bound is one number in two places: commit.lua trims Redis' log, and
+the in-memory twin (and the tests) read LOG_MIN and LOG_FRACTION from storage/base.py."""
+
+from __future__ import annotations
+
+from taskstate.sidecar.storage.base import LOG_FRACTION, LOG_MIN
+from taskstate.sidecar.storage.redis.scripts import Script
+
+
+def test_commit_script_trims_at_the_bound_base_py_names() -> None:
+    source = Script.load("commit").source
+    assert f"local LOG_MIN, LOG_FRACTION = {LOG_MIN}, {LOG_FRACTION}\n" in source
+    assert "math.max(LOG_MIN, math.floor(size / LOG_FRACTION))" in source
