@@ -37,7 +37,7 @@ from taskstate.client._errors import (
     TaskStateError,
 )
 from taskstate.client._security import SidecarSecurity
-from taskstate.client._state import _DURABILITY
+from taskstate.client._session import DURABILITY
 from taskstate.client._transport import translate
 from taskstate.proto import ids
 from taskstate.proto import taskstate_pb2 as pb
@@ -423,7 +423,7 @@ def cmd_doctor(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
     if checks[0]["ok"]:
         try:
             r = admin.call("Doctor", pb.DoctorRequest(
-                durability=_DURABILITY[(durability.replicas > 0, durability.fsynced)],
+                durability=DURABILITY[(durability.replicas > 0, durability.fsynced)],
                 replicas=durability.replicas))  # fmt: skip
             report.update({"redis_url": r.redis_url, "topology": r.topology, "servers": [
                 {"address": s.address, "role": s.role, "version": s.version, "aof": s.aof_enabled,

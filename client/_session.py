@@ -1,15 +1,32 @@
-"""One task attempt's claim, as this Python process holds it.
+"""One task attempt's claim, as this Python process holds it, and how it is taken.
 
 A `Session` is what a process knows of a task after Open: the attempt it belongs to, the
 fencing epoch, the committed version and (mirror mode) the state as of that version. The
-sessions a process holds are cached in `_cache.py`.
+sessions a process holds are cached in `_cache.py`. `Claims` takes them: Open, and a full
+or delta Restore, by the reuse rules below.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Any
+
+from taskstate.proto import taskstate_pb2 as pb
+
+from ._codec import JsonCodec
+from ._config import TaskStateConfig
+from ._context import TaskIdentity
+from ._transport import GrpcTransport
+from ._wire import decode_chunk, unpack_keys
+
+DURABILITY = {
+    (False, False): pb.DURABILITY_APPLIED,
+    (True, False): pb.DURABILITY_REPLICATED,
+    (False, True): pb.DURABILITY_FSYNCED,
+    (True, True): pb.DURABILITY_REPLICATED_FSYNCED,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,3 +64,147 @@ class Session:
     # known yet): what `_cache.size_of` estimates the cached data's memory from
     entry_bytes: float = 0.0
     pid: int = field(default_factory=os.getpid)
+
+
+class Claims:
+    """Open and Restore for one task, as a TaskState in front of them needs them.
+
+    The reuse rules: a later block of the same attempt in this process reuses its claim
+    (no round trip); otherwise Open, and then, in mirror mode, no Restore when this
+    process already holds the committed version, only what changed since when it holds
+    an older version of the same generation, else the whole state.
+    """
+
+    __slots__ = ("codec", "config", "ident", "json", "pb_task", "task_id", "transport", "writer")
+
+    def __init__(
+        self,
+        task_id: str,
+        transport: GrpcTransport,
+        codec: JsonCodec,
+        config: TaskStateConfig,
+        ident: TaskIdentity,
+        pb_task: Callable[[], pb.TaskId],
+        writer: Callable[[], pb.Writer],
+    ) -> None:
+        self.task_id = task_id
+        self.transport = transport
+        self.codec = codec
+        self.json = type(codec) is JsonCodec
+        self.config = config
+        self.ident = ident
+        self.pb_task = pb_task
+        self.writer = writer
+
+    def enter(self, prior: Session | None) -> Session:
+        """The session a new block of this task runs in (`prior`: this process's)."""
+        ident = self.ident
+        if prior is not None and (prior.attempt_id, prior.batch) == (ident.attempt_id, ident.batch):
+            session = prior
+            session.info = replace(session.info, reused_claim=True, restored=False)
+            if self.config.mode == "mirror" and session.data is None:
+                self.restore(session)
+            return session
+        return self.open(prior)
+
+    def open(self, prior: Session | None) -> Session:
+        """Open the task for this attempt; in mirror mode, bring its state here."""
+        c = self.config
+        req = pb.OpenRequest(
+            task=self.pb_task(),
+            writer=self.writer(),
+            codec=c.codec,
+            durability=DURABILITY[(c.durability.replicas > 0, c.durability.fsynced)],
+            replicas=c.durability.replicas,
+            attempt_id=self.ident.attempt_id,
+        )
+        if self.ident.batch is not None:
+            req.batch = self.ident.batch
+        r = self.transport.open(req, self.task_id)
+        held = prior.data if c.mode == "mirror" and prior is not None else None
+        reuse = held is not None and prior is not None and prior.version == r.version
+        session = Session(
+            attempt_id=self.ident.attempt_id,
+            batch=self.ident.batch,
+            epoch=r.epoch,
+            version=r.version,
+            data=held if reuse else None,
+            position=r.position if r.has_position else None,
+            info=OpenInfo(
+                r.epoch,
+                r.committed_batch,
+                r.size,
+                r.version,
+                r.rolled_back,
+                r.rolled_back_keys,
+                restored=False,
+                reused_claim=r.reused_claim,
+            ),
+            packed=r.packed_commits,
+            entry_bytes=prior.entry_bytes if prior is not None else 0.0,
+        )
+        if c.mode == "mirror" and session.data is None:
+            if r.size == 0:
+                session.data = {}  # nothing stored: no Restore round trip
+            elif held is not None and prior is not None and same_generation(prior, r.version):
+                self.restore(session, since=prior)  # only what changed since
+            else:
+                self.restore(session)
+        return session
+
+    def restore(self, session: Session, since: Session | None = None) -> None:
+        """Restore the committed state into `session.data`.
+
+        With `since` (a session whose data is the state at its version), ask only for
+        what changed since that version; the sidecar answers with a delta when the
+        task's change log covers it, else with the whole state.
+        """
+        data: dict[str, Any] = {}
+        deleted: list[str] = []
+        delta = [False]
+        decode = self.codec.decode
+        task = self.task_id
+        json = self.json
+        wire = [0]  # bytes received: the state's size per key (`_cache.size_of`)
+
+        def on_chunk(chunk: pb.RestoreChunk) -> None:
+            wire[0] += len(chunk.packed) + (chunk.ByteSize() if chunk.entries else 0)
+            if chunk.delta:
+                delta[0] = True
+                deleted.extend(chunk.deletes)
+                if chunk.packed_deletes:
+                    deleted.extend(unpack_keys(task, chunk.packed_deletes))
+            decode_chunk(task, chunk, decode, json, data)
+
+        def on_reset() -> None:
+            wire[0] = 0
+            data.clear()
+            deleted.clear()
+            delta[0] = False
+
+        req = pb.RestoreRequest(task=self.pb_task(), epoch=session.epoch, packed=True)
+        if since is not None:
+            req.since_version = since.version
+        version = self.transport.restore(req, task, on_chunk, on_reset)
+        sent = len(data) + len(deleted)
+        if delta[0] and since is not None and since.data is not None:
+            state = since.data  # this process's copy at since.version: brought up to date
+            for k in deleted:
+                state.pop(k, None)
+            state.update(data)
+            data = state
+        session.data = data
+        session.version = version or session.version
+        # a delta's few keys say little of the state's sizes: keep what was known (Open
+        # carried it over from the session the delta was applied to)
+        if sent and not (delta[0] and session.entry_bytes):
+            session.entry_bytes = wire[0] / sent
+        session.info = replace(
+            session.info, restored=True, size=len(data), delta=delta[0], restored_keys=sent
+        )
+
+
+def same_generation(held: Session, version: str) -> bool:
+    """Whether `held`'s version is of the same generation as `version` (gen:counter)."""
+    gen = held.version.partition(":")[0]
+    return bool(gen) and gen == version.partition(":")[0]

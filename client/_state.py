@@ -21,7 +21,6 @@ import enum
 import os
 import socket
 from collections.abc import Iterator, MutableMapping
-from dataclasses import replace
 from typing import Any, Literal
 
 import orjson
@@ -34,16 +33,10 @@ from ._codec import CODECS, JsonCodec
 from ._config import TaskStateConfig
 from ._context import current_context, identity
 from ._errors import ConfigError, LimitError, TaskStateError
-from ._session import OpenInfo, Session
+from ._reads import Reads
+from ._session import DURABILITY, Claims, OpenInfo, Session
 from ._transport import GrpcTransport
-from ._wire import ENTRY_OVERHEAD, REQUEST_HEADROOM, decode_chunk, pieces, unpack_keys
-
-_DURABILITY = {
-    (False, False): pb.DURABILITY_APPLIED,
-    (True, False): pb.DURABILITY_REPLICATED,
-    (False, True): pb.DURABILITY_FSYNCED,
-    (True, True): pb.DURABILITY_REPLICATED_FSYNCED,
-}
+from ._wire import ENTRY_OVERHEAD, REQUEST_HEADROOM, pieces
 
 
 class Phase(enum.Enum):
@@ -120,7 +113,10 @@ class TaskState(MutableMapping[str, Any]):
         self.phase = Phase.CREATED
         self._session: Session | None = None
         self._data: dict[str, Any] = {}
-        self._absent: set[str] = set()  # remote mode: keys known not to exist
+        self._claims = Claims(
+            self.task_id, self._transport, self._codec, c, self._ident, self._pb_task, self._writer
+        )
+        self._reads = Reads(self.task_id, self._transport, self._codec, self._pb_task)
         self._changes = Changes(self.task_id, self._codec)
         self._written = self._changes.written  # the hot paths below skip an attribute
         self._snap = self._changes.snap
@@ -198,120 +194,13 @@ class TaskState(MutableMapping[str, Any]):
                 "blocks for the same component and partition are not allowed",
                 self.task_id,
             )
-        same_attempt = (
-            prior is not None
-            and prior.attempt_id == self._ident.attempt_id
-            and prior.batch == self._ident.batch
-        )
-        if same_attempt:
-            assert prior is not None  # noqa: S101 - narrowed above
-            session = prior
-            session.info = replace(session.info, reused_claim=True, restored=False)
-            if self.config.mode == "mirror" and session.data is None:
-                self._restore(session)
-        else:
-            session = self._open(prior)
+        session = self._claims.enter(prior)
         session.active = True
         remember(self.task_id, session, self.config.cache_tasks, self.config.cache_bytes)
         self._session = session
         self._data = session.data if session.data is not None else {}
         self.phase = Phase.OPEN
         return self
-
-    def _open(self, prior: Session | None) -> Session:
-        c = self.config
-        req = pb.OpenRequest(
-            task=self._pb_task(),
-            writer=self._writer(),
-            codec=c.codec,
-            durability=_DURABILITY[(c.durability.replicas > 0, c.durability.fsynced)],
-            replicas=c.durability.replicas,
-            attempt_id=self._ident.attempt_id,
-        )
-        if self._ident.batch is not None:
-            req.batch = self._ident.batch
-        r = self._transport.open(req, self.task_id)
-        held = prior.data if c.mode == "mirror" and prior is not None else None
-        reuse = held is not None and prior is not None and prior.version == r.version
-        session = Session(
-            attempt_id=self._ident.attempt_id,
-            batch=self._ident.batch,
-            epoch=r.epoch,
-            version=r.version,
-            data=held if reuse else None,
-            position=r.position if r.has_position else None,
-            info=OpenInfo(
-                r.epoch,
-                r.committed_batch,
-                r.size,
-                r.version,
-                r.rolled_back,
-                r.rolled_back_keys,
-                restored=False,
-                reused_claim=r.reused_claim,
-            ),
-            packed=r.packed_commits,
-            entry_bytes=prior.entry_bytes if prior is not None else 0.0,
-        )
-        if c.mode == "mirror" and session.data is None:
-            if r.size == 0:
-                session.data = {}  # nothing stored: no Restore round trip
-            elif held is not None and prior is not None and _same_generation(prior, r.version):
-                self._restore(session, since=prior)  # only what changed since
-            else:
-                self._restore(session)
-        return session
-
-    def _restore(self, session: Session, since: Session | None = None) -> None:
-        """Restore the committed state into `session.data`.
-
-        With `since` (a session whose data is the state at its version), ask only for
-        what changed since that version; the sidecar answers with a delta when the
-        task's change log covers it, else with the whole state.
-        """
-        data: dict[str, Any] = {}
-        deleted: list[str] = []
-        delta = [False]
-        decode = self._codec.decode
-        task = self.task_id
-        json = self._json
-        wire = [0]  # bytes received: the state's size per key (`_cache.size_of`)
-
-        def on_chunk(chunk: pb.RestoreChunk) -> None:
-            wire[0] += len(chunk.packed) + (chunk.ByteSize() if chunk.entries else 0)
-            if chunk.delta:
-                delta[0] = True
-                deleted.extend(chunk.deletes)
-                if chunk.packed_deletes:
-                    deleted.extend(unpack_keys(task, chunk.packed_deletes))
-            decode_chunk(task, chunk, decode, json, data)
-
-        def on_reset() -> None:
-            wire[0] = 0
-            data.clear()
-            deleted.clear()
-            delta[0] = False
-
-        req = pb.RestoreRequest(task=self._pb_task(), epoch=session.epoch, packed=True)
-        if since is not None:
-            req.since_version = since.version
-        version = self._transport.restore(req, task, on_chunk, on_reset)
-        sent = len(data) + len(deleted)
-        if delta[0] and since is not None and since.data is not None:
-            state = since.data  # this process's copy at since.version: brought up to date
-            for k in deleted:
-                state.pop(k, None)
-            state.update(data)
-            data = state
-        session.data = data
-        session.version = version or session.version
-        # a delta's few keys say little of the state's sizes: keep what was known (Open
-        # carried it over from the session the delta was applied to)
-        if sent and not (delta[0] and session.entry_bytes):
-            session.entry_bytes = wire[0] / sent
-        session.info = replace(
-            session.info, restored=True, size=len(data), delta=delta[0], restored_keys=sent
-        )
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
         session = self._session
@@ -368,7 +257,7 @@ class TaskState(MutableMapping[str, Any]):
                 self.task_id,
             )
         writer = self._writer()
-        durability = _DURABILITY[(c.durability.replicas > 0, c.durability.fsynced)]
+        durability = DURABILITY[(c.durability.replicas > 0, c.durability.fsynced)]
         try:
             # In a micro-batch, pieces of a large change set are safe: a replay of the batch
             # rolls back every commit of that batch.
@@ -408,19 +297,7 @@ class TaskState(MutableMapping[str, Any]):
         value = self._data.get(key, MISSING)
         if value is not MISSING or self.config.mode == "mirror":
             return value
-        if key in self._absent or not isinstance(key, str):
-            return MISSING
-        session = self._require_open()
-        r = self._transport.multi_get(
-            pb.GetRequest(task=self._pb_task(), epoch=session.epoch, keys=[key]), self.task_id
-        )
-        found = r.values[0]
-        if not found.found:
-            self._absent.add(key)
-            return MISSING
-        value = self._codec.decode(self.task_id, key, found.value)
-        self._data[key] = value
-        return value
+        return self._reads.lookup(self._data, key, self._require_open().epoch)
 
     def __getitem__(self, key: str) -> Any:
         self._require_open()
@@ -445,8 +322,8 @@ class TaskState(MutableMapping[str, Any]):
             if is_mutable(value):
                 encoded = REENCODE  # encoded above for the error; again at commit
         self._data[key] = value
-        if self._absent:
-            self._absent.discard(key)
+        if self._reads.absent:
+            self._reads.absent.discard(key)
         self._written[key] = encoded
 
     def __delitem__(self, key: str) -> None:
@@ -455,33 +332,18 @@ class TaskState(MutableMapping[str, Any]):
             raise KeyError(key)
         del self._data[key]
         if self.config.mode == "remote":
-            self._absent.add(key)
+            self._reads.absent.add(key)
         self._written[key] = None
 
     def __contains__(self, key: object) -> bool:
         self._require_open()
         return isinstance(key, str) and self._lookup(key) is not MISSING
 
-    def _remote_keys(self) -> list[str]:
-        session = self._require_open()
-        keys: list[str] = []
-
-        def on_chunk(chunk: pb.RestoreChunk) -> None:
-            keys.extend(e.key for e in chunk.entries)
-
-        self._transport.restore(
-            pb.RestoreRequest(task=self._pb_task(), epoch=session.epoch),
-            self.task_id,
-            on_chunk,
-            keys.clear,
-        )
-        return keys
-
     def __iter__(self) -> Iterator[str]:
         self._require_open()
         if self.config.mode == "mirror":
             return iter(self._data)
-        stored = self._remote_keys()
+        stored = self._reads.keys(self._require_open().epoch)
         gone = {k for k, v in self._written.items() if v is None}
         extra = [k for k in self._data if k not in set(stored)]
         return iter([k for k in stored if k not in gone] + extra)
@@ -494,9 +356,3 @@ class TaskState(MutableMapping[str, Any]):
 
     def __repr__(self) -> str:
         return f"TaskState({self.task_id!r}, mode={self.config.mode!r}, phase={self.phase.value})"
-
-
-def _same_generation(held: Session, version: str) -> bool:
-    """Whether `held`'s version is of the same generation as `version` (gen:counter)."""
-    gen = held.version.partition(":")[0]
-    return bool(gen) and gen == version.partition(":")[0]
