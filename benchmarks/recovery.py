@@ -4,7 +4,9 @@ Two streaming queries over the same replayable source, each with `keys` keys of 
 spread over 2 partitions (batch 0 creates them; later batches update `per_batch` of them):
 
 - `taskstate`: `repartition(2, key).mapInPandas(...)` keeping a running sum per key in a
-  TaskState (mirror mode: the worker holds the mapping, the sidecar and Redis the copy);
+  TaskState (mirror mode: the worker holds the mapping, the sidecar and Redis the copy; a
+  worker without a copy reads the frame's keys on demand, `s.prefetch`, or with
+  `TASKSTATE_LOAD=eager` restores the whole state first);
 - `spark`: `groupBy(key).agg(sum, count)` in update mode, whose state lives in Spark's
   RocksDB state store, followed in the same stage by a pandas step (`mapInPandas` inside
   `foreachBatch`), so a Python worker sits in the stateful task as it does in ours.
@@ -127,7 +129,9 @@ def taskstate_fn(ns: str, sidecar: str, work: str, kill_at: int) -> Any:
         with TaskState(ctx, component="recovery", namespace=ns, sidecar=sidecar) as s:
             get = s.get
             for f in frames:
-                for k, v in zip(f["key"].tolist(), f["value"].tolist(), strict=True):
+                keys = f["key"].tolist()
+                s.prefetch(keys)  # one round trip for the frame's keys a cold worker lacks
+                for k, v in zip(keys, f["value"].tolist(), strict=True):
                     s[k] = get(k, 0) + v
                 rows += len(f)
         yield pd.DataFrame({"part": [part], "rows": [rows]})
@@ -232,6 +236,7 @@ def run_one(
     sidecar: str,
     namespace: str,
     sizes: tuple[int, int, int, int],
+    load: str = "",
 ) -> dict[str, float]:
     """One query, killed once: {recovery_s, normal_ms, fault_batch_ms, first_batch_s}."""
     keys, per_batch, batches, kill_at = sizes
@@ -246,6 +251,8 @@ def run_one(
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     root = str(Path(__file__).resolve().parent.parent)  # workers import benchmarks.recovery
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    if load:
+        env["TASKSTATE_LOAD"] = load
     with open(work / "query.log", "wb") as log:
         proc = subprocess.Popen(  # noqa: S603 - our own module
             cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True

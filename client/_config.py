@@ -21,6 +21,8 @@ ENV_MAX_MESSAGE = "TASKSTATE_MAX_MESSAGE_BYTES"
 ENV_CACHE_TASKS = "TASKSTATE_CACHE_TASKS"
 ENV_CACHE_BYTES = "TASKSTATE_CACHE_BYTES"
 DEFAULT_CACHE_BYTES = 256 << 20
+ENV_LOAD = "TASKSTATE_LOAD"
+LOADS = ("on-demand", "eager")
 ENV_RUN_DIR = "TASKSTATE_RUN_DIR"
 DEFAULT_RUN_DIR = "/tmp/taskstate-run"  # noqa: S108 - the plugin's socket rendezvous
 _found: dict[int, str] = {}  # pid -> plugin sidecar found by this process
@@ -161,6 +163,7 @@ class TaskStateConfig:
     max_message_bytes: int = 64 << 20
     cache_tasks: int = 16
     cache_bytes: int = DEFAULT_CACHE_BYTES
+    load: str = "on-demand"
     security: SidecarSecurity = SidecarSecurity()
 
     @property
@@ -208,6 +211,11 @@ class TaskStateConfig:
         max_message = _int_env(env, ENV_MAX_MESSAGE, 64 << 20, minimum=1 << 16)
         cache_tasks = _int_env(env, ENV_CACHE_TASKS, 16, minimum=0)
         cache_bytes = _int_env(env, ENV_CACHE_BYTES, DEFAULT_CACHE_BYTES, minimum=0)
+        load = env.get(ENV_LOAD) or LOADS[0]
+        if load not in LOADS:
+            raise ConfigError(
+                f"{ENV_LOAD}={load!r} is not one of {', '.join(LOADS)} (task {ns}/{component})"
+            )
         return cls(
             namespace=ns,
             component=component,
@@ -220,5 +228,6 @@ class TaskStateConfig:
             max_message_bytes=max_message,
             cache_tasks=cache_tasks,
             cache_bytes=cache_bytes,
+            load=load,
             security=SidecarSecurity.from_env(env),
         )

@@ -44,6 +44,8 @@ class OpenInfo:
     # the restore sent only what changed since the version this process held (delta)
     delta: bool = False
     restored_keys: int = 0  # keys the restore sent (a delta's changed and deleted keys)
+    # the block started without the state and reads the keys it touches (`_reads.py`)
+    on_demand: bool = False
 
 
 @dataclass
@@ -64,6 +66,13 @@ class Session:
     # known yet): what `_cache.size_of` estimates the cached data's memory from
     entry_bytes: float = 0.0
     pid: int = field(default_factory=os.getpid)
+    # the sidecar reads GetRequest.packed_keys
+    packed_gets: bool = False
+    # `data` holds the whole state; else only the keys read or written so far (on-demand
+    # reads), and `absent` the keys known not to be in the state
+    complete: bool = True
+    absent: set[str] = field(default_factory=set)
+    misses: int = 0  # single-key reads since the session started reading on demand
 
 
 class Claims:
@@ -101,9 +110,16 @@ class Claims:
         ident = self.ident
         if prior is not None and (prior.attempt_id, prior.batch) == (ident.attempt_id, ident.batch):
             session = prior
-            session.info = replace(session.info, reused_claim=True, restored=False)
+            session.info = replace(
+                session.info,
+                reused_claim=True,
+                restored=False,
+                delta=False,
+                restored_keys=0,
+                on_demand=False,
+            )
             if self.config.mode == "mirror" and session.data is None:
-                self.restore(session)
+                self.load(session)
             return session
         return self.open(prior)
 
@@ -142,15 +158,65 @@ class Claims:
             ),
             packed=r.packed_commits,
             entry_bytes=prior.entry_bytes if prior is not None else 0.0,
+            packed_gets=r.packed_gets,
         )
+        if reuse and prior is not None:
+            session.complete, session.absent, session.misses = (
+                prior.complete,
+                prior.absent,
+                prior.misses,
+            )
         if c.mode == "mirror" and session.data is None:
             if r.size == 0:
                 session.data = {}  # nothing stored: no Restore round trip
             elif held is not None and prior is not None and same_generation(prior, r.version):
                 self.restore(session, since=prior)  # only what changed since
             else:
-                self.restore(session)
+                self.load(session)
         return session
+
+    def load(self, session: Session) -> None:
+        """Mirror mode without a copy here: read on demand, or restore the whole state."""
+        if self.config.load == "eager":
+            self.restore(session)
+            return
+        session.data = {}
+        session.complete = False
+        session.absent = set()
+        session.misses = 0
+        session.info = replace(session.info, on_demand=True)
+
+    def load_rest(self, session: Session, written: dict[str, Any]) -> None:
+        """Complete a session that reads on demand: the rest of the committed state.
+
+        What the session holds wins (values read, maybe changed in place, or written);
+        keys it knows absent (`session.absent`, deleted by this block included) stay so.
+        """
+        data, absent = session.data, session.absent
+        assert data is not None  # noqa: S101 - only called on a session reading on demand
+        rest = Session(
+            attempt_id=session.attempt_id,
+            batch=session.batch,
+            epoch=session.epoch,
+            version=session.version,
+            data=None,
+            position=None,
+            info=session.info,
+        )
+        self.restore(rest)
+        for k, v in (rest.data or {}).items():
+            if k not in data and k not in absent:
+                data[k] = v
+        for k, v in written.items():
+            if v is None:
+                data.pop(k, None)
+        absent.clear()
+        session.complete = True
+        if not session.entry_bytes:
+            session.entry_bytes = rest.entry_bytes
+        session.info = replace(
+            session.info, restored=True, size=len(data), restored_keys=rest.info.restored_keys
+        )
 
     def restore(self, session: Session, since: Session | None = None) -> None:
         """Restore the committed state into `session.data`.
@@ -162,6 +228,7 @@ class Claims:
         data: dict[str, Any] = {}
         deleted: list[str] = []
         delta = [False]
+        not_covered = [False]
         decode = self.codec.decode
         task = self.task_id
         json = self.json
@@ -169,6 +236,7 @@ class Claims:
 
         def on_chunk(chunk: pb.RestoreChunk) -> None:
             wire[0] += len(chunk.packed) + (chunk.ByteSize() if chunk.entries else 0)
+            not_covered[0] = chunk.not_covered
             if chunk.delta:
                 delta[0] = True
                 deleted.extend(chunk.deletes)
@@ -185,22 +253,38 @@ class Claims:
         req = pb.RestoreRequest(task=self.pb_task(), epoch=session.epoch, packed=True)
         if since is not None:
             req.since_version = since.version
+            req.delta_only = self.config.load != "eager"
         version = self.transport.restore(req, task, on_chunk, on_reset)
+        if not_covered[0]:  # the log no longer covers the copy here: read on demand instead
+            session.version = version or session.version
+            self.load(session)
+            return
         sent = len(data) + len(deleted)
+        complete = True
         if delta[0] and since is not None and since.data is not None:
             state = since.data  # this process's copy at since.version: brought up to date
             for k in deleted:
                 state.pop(k, None)
             state.update(data)
+            complete = since.complete
+            if not complete:  # a partial copy: what it knows absent changes too
+                session.absent = since.absent
+                session.absent.difference_update(data)
+                session.absent.update(deleted)
+                session.misses = since.misses
             data = state
         session.data = data
+        session.complete = complete
+        if complete:
+            session.absent = set()
         session.version = version or session.version
         # a delta's few keys say little of the state's sizes: keep what was known (Open
         # carried it over from the session the delta was applied to)
         if sent and not (delta[0] and session.entry_bytes):
             session.entry_bytes = wire[0] / sent
+        size = len(data) if complete else session.info.size
         session.info = replace(
-            session.info, restored=True, size=len(data), delta=delta[0], restored_keys=sent
+            session.info, restored=True, size=size, delta=delta[0], restored_keys=sent
         )
 
 

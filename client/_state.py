@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 import os
 import socket
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterable, Iterator, MutableMapping
 from typing import Any, Literal
 
 import orjson
@@ -33,7 +33,7 @@ from ._codec import CODECS, JsonCodec
 from ._config import TaskStateConfig
 from ._context import current_context, identity
 from ._errors import ConfigError, LimitError, TaskStateError
-from ._reads import Reads
+from ._reads import MISS_FRACTION, MISS_MIN, Reads
 from ._session import DURABILITY, Claims, OpenInfo, Session
 from ._transport import GrpcTransport
 from ._wire import ENTRY_OVERHEAD, REQUEST_HEADROOM, pieces
@@ -116,7 +116,16 @@ class TaskState(MutableMapping[str, Any]):
         self._claims = Claims(
             self.task_id, self._transport, self._codec, c, self._ident, self._pb_task, self._writer
         )
-        self._reads = Reads(self.task_id, self._transport, self._codec, self._pb_task)
+        self._reads = Reads(
+            self.task_id,
+            self._transport,
+            self._codec,
+            self._pb_task,
+            c.max_message_bytes - REQUEST_HEADROOM,
+        )
+        # mirror mode with the whole state here: a key not in _data does not exist
+        self._complete = False
+        self._absent: set[str] = set()  # keys known not to exist (remote, on demand)
         self._changes = Changes(self.task_id, self._codec)
         self._written = self._changes.written  # the hot paths below skip an attribute
         self._snap = self._changes.snap
@@ -199,6 +208,9 @@ class TaskState(MutableMapping[str, Any]):
         remember(self.task_id, session, self.config.cache_tasks, self.config.cache_bytes)
         self._session = session
         self._data = session.data if session.data is not None else {}
+        if self.config.mode == "mirror":
+            self._complete = session.complete
+            self._absent = session.absent
         self.phase = Phase.OPEN
         return self
 
@@ -227,6 +239,7 @@ class TaskState(MutableMapping[str, Any]):
         """
         self.phase = Phase.FAILED
         session.data = None
+        session.absent = set()
         self._data = {}
         self._changes.clear()
 
@@ -295,9 +308,54 @@ class TaskState(MutableMapping[str, Any]):
 
     def _lookup(self, key: str) -> Any:
         value = self._data.get(key, MISSING)
-        if value is not MISSING or self.config.mode == "mirror":
+        if value is not MISSING or self._complete:
             return value
-        return self._reads.lookup(self._data, key, self._require_open().epoch)
+        if key in self._absent or key.__class__ is not str:
+            return MISSING
+        session = self._require_open()
+        if self.config.mode == "mirror":  # reading on demand
+            session.misses += 1
+            if session.misses > max(MISS_MIN, session.info.size // MISS_FRACTION):
+                self._load_rest(session)
+                return self._data.get(key, MISSING)
+        return self._reads.lookup(self._data, self._absent, key, session.epoch)
+
+    def _load_rest(self, session: Session) -> None:
+        """On-demand reads: bring the rest of the committed state here (mirror mode)."""
+        self._claims.load_rest(session, self._written)
+        self._complete = True
+
+    def prefetch(self, keys: Iterable[Any]) -> None:
+        """Read `keys` now, in as few round trips as the message size allows.
+
+        For a block that reads many keys (the keys of a pandas frame, say) on a worker
+        that holds only part of the state: each key it would read one by one is one round
+        trip. A no-op when the worker holds the whole state; keys that are not strings
+        are skipped. In remote mode, the values are kept for this block.
+        """
+        session = self._require_open()
+        if self._complete:
+            return
+        size = self._reads.fetch(
+            self._data,
+            self._absent,
+            keys,
+            session.epoch,
+            session.packed_gets,
+            session.entry_bytes,
+        )
+        if self.config.mode == "mirror" and not session.entry_bytes:
+            session.entry_bytes = size
+
+    def get_many(self, keys: Iterable[Any]) -> dict[str, Any]:
+        """The values of those `keys` that exist, read in as few round trips as possible.
+
+        Like `{k: s[k] for k in keys if k in s}` after `prefetch(keys)`: a dict or list
+        read here and changed in place is committed too.
+        """
+        keys = list(keys)
+        self.prefetch(keys)
+        return {k: self[k] for k in keys if k in self}
 
     def __getitem__(self, key: str) -> Any:
         self._require_open()
@@ -322,8 +380,8 @@ class TaskState(MutableMapping[str, Any]):
             if is_mutable(value):
                 encoded = REENCODE  # encoded above for the error; again at commit
         self._data[key] = value
-        if self._reads.absent:
-            self._reads.absent.discard(key)
+        if self._absent:
+            self._absent.discard(key)
         self._written[key] = encoded
 
     def __delitem__(self, key: str) -> None:
@@ -331,8 +389,8 @@ class TaskState(MutableMapping[str, Any]):
         if self._lookup(key) is MISSING:
             raise KeyError(key)
         del self._data[key]
-        if self.config.mode == "remote":
-            self._reads.absent.add(key)
+        if not self._complete:
+            self._absent.add(key)
         self._written[key] = None
 
     def __contains__(self, key: object) -> bool:
@@ -340,8 +398,10 @@ class TaskState(MutableMapping[str, Any]):
         return isinstance(key, str) and self._lookup(key) is not MISSING
 
     def __iter__(self) -> Iterator[str]:
-        self._require_open()
+        session = self._require_open()
         if self.config.mode == "mirror":
+            if not self._complete:
+                self._load_rest(session)
             return iter(self._data)
         stored = self._reads.keys(self._require_open().epoch)
         gone = {k for k, v in self._written.items() if v is None}
@@ -349,8 +409,10 @@ class TaskState(MutableMapping[str, Any]):
         return iter([k for k in stored if k not in gone] + extra)
 
     def __len__(self) -> int:
-        self._require_open()
+        session = self._require_open()
         if self.config.mode == "mirror":
+            if not self._complete:
+                self._load_rest(session)
             return len(self._data)
         return sum(1 for _ in self)
 

@@ -50,7 +50,7 @@ def decode_chunk(
     try:
         flat = msgpack.unpackb(chunk.packed, raw=False)
     except UnicodeDecodeError:  # stored bytes that are not UTF-8: name the key
-        flat = _name_bad_utf8(task, msgpack.unpackb(chunk.packed, raw=True))
+        flat = name_bad_utf8(task, msgpack.unpackb(chunk.packed, raw=True))
     keys, values = flat[0::2], flat[1::2]
     if json:
         try:
@@ -62,7 +62,7 @@ def decode_chunk(
         into[k] = decode(task, k, v)
 
 
-def _name_bad_utf8(task: str, raw: list[bytes]) -> list[Any]:
+def name_bad_utf8(task: str, raw: list[bytes]) -> list[Any]:
     """Raise the CodecError for the first stored key or value that is not UTF-8 text."""
     for k, v in zip(raw[0::2], raw[1::2], strict=True):
         key = k.decode(errors="replace")

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ftaskstate/proto/taskstate.proto\x12\x0ctaskstate.v1\"A\n\x06TaskId\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tcomponent\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\"F\n\x06Writer\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x10\n\x08\x65xecutor\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x0b\n\x03pid\x18\x04 \x01(\x05\"\xd8\x01\n\x0bOpenRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\x12\n\x05\x62\x61tch\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12$\n\x06writer\x18\x03 \x01(\x0b\x32\x14.taskstate.v1.Writer\x12\r\n\x05\x63odec\x18\x04 \x01(\t\x12,\n\ndurability\x18\x05 \x01(\x0e\x32\x18.taskstate.v1.Durability\x12\x10\n\x08replicas\x18\x06 \x01(\x05\x12\x12\n\nattempt_id\x18\x07 \x01(\tB\x08\n\x06_batch\"\xda\x01\n\x0cOpenResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x17\n\x0f\x63ommitted_batch\x18\x02 \x01(\x03\x12\x10\n\x08position\x18\x03 \x01(\x0c\x12\x14\n\x0chas_position\x18\x04 \x01(\x08\x12\x0c\n\x04size\x18\x05 \x01(\x03\x12\x0f\n\x07version\x18\x06 \x01(\t\x12\x13\n\x0brolled_back\x18\x07 \x01(\x08\x12\x18\n\x10rolled_back_keys\x18\x08 \x01(\x03\x12\x16\n\x0epacked_commits\x18\t \x01(\x08\x12\x14\n\x0creused_claim\x18\n \x01(\x08\"~\n\x0eRestoreRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x12\n\nmax_fields\x18\x03 \x01(\x05\x12\x0e\n\x06packed\x18\x04 \x01(\x08\x12\x15\n\rsince_version\x18\x05 \x01(\t\"#\n\x05\x45ntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"\x9b\x01\n\x0cRestoreChunk\x12$\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x13.taskstate.v1.Entry\x12\x0c\n\x04last\x18\x02 \x01(\x08\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x0e\n\x06packed\x18\x04 \x01(\x0c\x12\r\n\x05\x64\x65lta\x18\x05 \x01(\x08\x12\x0f\n\x07\x64\x65letes\x18\x06 \x03(\t\x12\x16\n\x0epacked_deletes\x18\x07 \x01(\x0c\"\xd5\x02\n\rCommitRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x12\n\x05\x62\x61tch\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12$\n\x07upserts\x18\x04 \x03(\x0b\x32\x13.taskstate.v1.Entry\x12\x0f\n\x07\x64\x65letes\x18\x05 \x03(\t\x12\x10\n\x08position\x18\x06 \x01(\x0c\x12\x14\n\x0chas_position\x18\x07 \x01(\x08\x12,\n\ndurability\x18\x08 \x01(\x0e\x32\x18.taskstate.v1.Durability\x12\x10\n\x08replicas\x18\t \x01(\x05\x12$\n\x06writer\x18\n \x01(\x0b\x32\x14.taskstate.v1.Writer\x12\x16\n\x0epacked_upserts\x18\x0b \x01(\x0c\x12\x16\n\x0epacked_deletes\x18\x0c \x01(\x0c\x42\x08\n\x06_batch\"]\n\x0e\x43ommitResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x03\x12\x16\n\x0ereplicas_acked\x18\x03 \x01(\x05\x12\x14\n\x0c\x62\x61se_version\x18\x04 \x01(\t\"M\n\nGetRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x0c\n\x04keys\x18\x03 \x03(\t\":\n\x0bGetResponse\x12+\n\x06values\x18\x01 \x03(\x0b\x32\x1b.taskstate.v1.OptionalValue\"-\n\rOptionalValue\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\r\n\x05value\x18\x02 \x01(\x0c\"5\n\x0f\x44\x65scribeRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\"\x88\x02\n\x08TaskInfo\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\x0e\n\x06\x65xists\x18\x02 \x01(\x08\x12\x17\n\x0f\x63ommitted_batch\x18\x03 \x01(\x03\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\x12\x10\n\x08position\x18\x05 \x01(\x0c\x12\x14\n\x0chas_position\x18\x06 \x01(\x08\x12\x0c\n\x04size\x18\x07 \x01(\x03\x12\x0f\n\x07version\x18\x08 \x01(\t\x12\r\n\x05\x63odec\x18\t \x01(\t\x12\x0e\n\x06layout\x18\n \x01(\x05\x12\x12\n\nupdated_at\x18\x0b \x01(\x01\x12\x13\n\x0blast_writer\x18\x0c \x01(\t\x12\x11\n\trollbacks\x18\r \x01(\x03\"3\n\x0bListRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tcomponent\x18\x02 \x01(\t\"I\n\x0cListResponse\x12%\n\x05tasks\x18\x01 \x03(\x0b\x32\x16.taskstate.v1.TaskInfo\x12\x12\n\nnamespaces\x18\x02 \x03(\t\"Y\n\x0b\x44ropRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tcomponent\x18\x02 \x01(\t\x12\x16\n\tpartition\x18\x03 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_partition\"%\n\x0c\x44ropResponse\x12\x15\n\rtasks_dropped\x18\x01 \x01(\x03\"V\n\x0bReadRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\x0f\n\x07pattern\x18\x02 \x01(\t\x12\x12\n\nmax_fields\x18\x03 \x01(\x05\"\xd9\x01\n\rImportRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12$\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x13.taskstate.v1.Entry\x12\x17\n\x0f\x63ommitted_batch\x18\x03 \x01(\x03\x12\x10\n\x08position\x18\x04 \x01(\x0c\x12\x14\n\x0chas_position\x18\x05 \x01(\x08\x12\r\n\x05\x63odec\x18\x06 \x01(\t\x12\x0f\n\x07replace\x18\x07 \x01(\x08\x12\x0e\n\x06\x61ppend\x18\x08 \x01(\x08\x12\r\n\x05\x65poch\x18\t \x01(\x03\"-\n\x0eImportResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x0c\n\x04size\x18\x02 \x01(\x03\"O\n\rDoctorRequest\x12,\n\ndurability\x18\x01 \x01(\x0e\x32\x18.taskstate.v1.Durability\x12\x10\n\x08replicas\x18\x02 \x01(\x05\"\x84\x01\n\x0cServerReport\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x13\n\x0b\x61of_enabled\x18\x04 \x01(\x08\x12\x13\n\x0b\x61ppendfsync\x18\x05 \x01(\t\x12\x1a\n\x12\x63onnected_replicas\x18\x06 \x01(\x05\"1\n\x05\x43heck\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\n\n\x02ok\x18\x02 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"\x87\x01\n\x0e\x44octorResponse\x12\x10\n\x08topology\x18\x01 \x01(\t\x12\x11\n\tredis_url\x18\x02 \x01(\t\x12+\n\x07servers\x18\x03 \x03(\x0b\x32\x1a.taskstate.v1.ServerReport\x12#\n\x06\x63hecks\x18\x04 \x03(\x0b\x32\x13.taskstate.v1.Check*\x96\x01\n\nDurability\x12\x1a\n\x16\x44URABILITY_UNSPECIFIED\x10\x00\x12\x16\n\x12\x44URABILITY_APPLIED\x10\x01\x12\x19\n\x15\x44URABILITY_REPLICATED\x10\x02\x12\x16\n\x12\x44URABILITY_FSYNCED\x10\x03\x12!\n\x1d\x44URABILITY_REPLICATED_FSYNCED\x10\x04\x32\xe6\x05\n\x10TaskStateService\x12=\n\x04Open\x12\x19.taskstate.v1.OpenRequest\x1a\x1a.taskstate.v1.OpenResponse\x12\x45\n\x07Restore\x12\x1c.taskstate.v1.RestoreRequest\x1a\x1a.taskstate.v1.RestoreChunk0\x01\x12\x43\n\x06\x43ommit\x12\x1b.taskstate.v1.CommitRequest\x1a\x1c.taskstate.v1.CommitResponse\x12:\n\x03Get\x12\x18.taskstate.v1.GetRequest\x1a\x19.taskstate.v1.GetResponse\x12?\n\x08MultiGet\x12\x18.taskstate.v1.GetRequest\x1a\x19.taskstate.v1.GetResponse\x12\x41\n\x08\x44\x65scribe\x12\x1d.taskstate.v1.DescribeRequest\x1a\x16.taskstate.v1.TaskInfo\x12=\n\x04List\x12\x19.taskstate.v1.ListRequest\x1a\x1a.taskstate.v1.ListResponse\x12=\n\x04\x44rop\x12\x19.taskstate.v1.DropRequest\x1a\x1a.taskstate.v1.DropResponse\x12?\n\x04Read\x12\x19.taskstate.v1.ReadRequest\x1a\x1a.taskstate.v1.RestoreChunk0\x01\x12\x43\n\x06Import\x12\x1b.taskstate.v1.ImportRequest\x1a\x1c.taskstate.v1.ImportResponse\x12\x43\n\x06\x44octor\x12\x1b.taskstate.v1.DoctorRequest\x1a\x1c.taskstate.v1.DoctorResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ftaskstate/proto/taskstate.proto\x12\x0ctaskstate.v1\"A\n\x06TaskId\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tcomponent\x18\x02 \x01(\t\x12\x11\n\tpartition\x18\x03 \x01(\x05\"F\n\x06Writer\x12\x0c\n\x04host\x18\x01 \x01(\t\x12\x10\n\x08\x65xecutor\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x0b\n\x03pid\x18\x04 \x01(\x05\"\xd8\x01\n\x0bOpenRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\x12\n\x05\x62\x61tch\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12$\n\x06writer\x18\x03 \x01(\x0b\x32\x14.taskstate.v1.Writer\x12\r\n\x05\x63odec\x18\x04 \x01(\t\x12,\n\ndurability\x18\x05 \x01(\x0e\x32\x18.taskstate.v1.Durability\x12\x10\n\x08replicas\x18\x06 \x01(\x05\x12\x12\n\nattempt_id\x18\x07 \x01(\tB\x08\n\x06_batch\"\xef\x01\n\x0cOpenResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x17\n\x0f\x63ommitted_batch\x18\x02 \x01(\x03\x12\x10\n\x08position\x18\x03 \x01(\x0c\x12\x14\n\x0chas_position\x18\x04 \x01(\x08\x12\x0c\n\x04size\x18\x05 \x01(\x03\x12\x0f\n\x07version\x18\x06 \x01(\t\x12\x13\n\x0brolled_back\x18\x07 \x01(\x08\x12\x18\n\x10rolled_back_keys\x18\x08 \x01(\x03\x12\x16\n\x0epacked_commits\x18\t \x01(\x08\x12\x14\n\x0creused_claim\x18\n \x01(\x08\x12\x13\n\x0bpacked_gets\x18\x0b \x01(\x08\"\x92\x01\n\x0eRestoreRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x12\n\nmax_fields\x18\x03 \x01(\x05\x12\x0e\n\x06packed\x18\x04 \x01(\x08\x12\x15\n\rsince_version\x18\x05 \x01(\t\x12\x12\n\ndelta_only\x18\x06 \x01(\x08\"#\n\x05\x45ntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x0c\"\xb0\x01\n\x0cRestoreChunk\x12$\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x13.taskstate.v1.Entry\x12\x0c\n\x04last\x18\x02 \x01(\x08\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x0e\n\x06packed\x18\x04 \x01(\x0c\x12\r\n\x05\x64\x65lta\x18\x05 \x01(\x08\x12\x0f\n\x07\x64\x65letes\x18\x06 \x03(\t\x12\x16\n\x0epacked_deletes\x18\x07 \x01(\x0c\x12\x13\n\x0bnot_covered\x18\x08 \x01(\x08\"\xd5\x02\n\rCommitRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x12\n\x05\x62\x61tch\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12$\n\x07upserts\x18\x04 \x03(\x0b\x32\x13.taskstate.v1.Entry\x12\x0f\n\x07\x64\x65letes\x18\x05 \x03(\t\x12\x10\n\x08position\x18\x06 \x01(\x0c\x12\x14\n\x0chas_position\x18\x07 \x01(\x08\x12,\n\ndurability\x18\x08 \x01(\x0e\x32\x18.taskstate.v1.Durability\x12\x10\n\x08replicas\x18\t \x01(\x05\x12$\n\x06writer\x18\n \x01(\x0b\x32\x14.taskstate.v1.Writer\x12\x16\n\x0epacked_upserts\x18\x0b \x01(\x0c\x12\x16\n\x0epacked_deletes\x18\x0c \x01(\x0c\x42\x08\n\x06_batch\"]\n\x0e\x43ommitResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x03\x12\x16\n\x0ereplicas_acked\x18\x03 \x01(\x05\x12\x14\n\x0c\x62\x61se_version\x18\x04 \x01(\t\"b\n\nGetRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\r\n\x05\x65poch\x18\x02 \x01(\x03\x12\x0c\n\x04keys\x18\x03 \x03(\t\x12\x13\n\x0bpacked_keys\x18\x04 \x01(\x0c\"Q\n\x0bGetResponse\x12+\n\x06values\x18\x01 \x03(\x0b\x32\x1b.taskstate.v1.OptionalValue\x12\x15\n\rpacked_values\x18\x02 \x01(\x0c\"-\n\rOptionalValue\x12\r\n\x05\x66ound\x18\x01 \x01(\x08\x12\r\n\x05value\x18\x02 \x01(\x0c\"5\n\x0f\x44\x65scribeRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\"\x88\x02\n\x08TaskInfo\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\x0e\n\x06\x65xists\x18\x02 \x01(\x08\x12\x17\n\x0f\x63ommitted_batch\x18\x03 \x01(\x03\x12\r\n\x05\x65poch\x18\x04 \x01(\x03\x12\x10\n\x08position\x18\x05 \x01(\x0c\x12\x14\n\x0chas_position\x18\x06 \x01(\x08\x12\x0c\n\x04size\x18\x07 \x01(\x03\x12\x0f\n\x07version\x18\x08 \x01(\t\x12\r\n\x05\x63odec\x18\t \x01(\t\x12\x0e\n\x06layout\x18\n \x01(\x05\x12\x12\n\nupdated_at\x18\x0b \x01(\x01\x12\x13\n\x0blast_writer\x18\x0c \x01(\t\x12\x11\n\trollbacks\x18\r \x01(\x03\"3\n\x0bListRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tcomponent\x18\x02 \x01(\t\"I\n\x0cListResponse\x12%\n\x05tasks\x18\x01 \x03(\x0b\x32\x16.taskstate.v1.TaskInfo\x12\x12\n\nnamespaces\x18\x02 \x03(\t\"Y\n\x0b\x44ropRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tcomponent\x18\x02 \x01(\t\x12\x16\n\tpartition\x18\x03 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_partition\"%\n\x0c\x44ropResponse\x12\x15\n\rtasks_dropped\x18\x01 \x01(\x03\"V\n\x0bReadRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12\x0f\n\x07pattern\x18\x02 \x01(\t\x12\x12\n\nmax_fields\x18\x03 \x01(\x05\"\xd9\x01\n\rImportRequest\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.taskstate.v1.TaskId\x12$\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x13.taskstate.v1.Entry\x12\x17\n\x0f\x63ommitted_batch\x18\x03 \x01(\x03\x12\x10\n\x08position\x18\x04 \x01(\x0c\x12\x14\n\x0chas_position\x18\x05 \x01(\x08\x12\r\n\x05\x63odec\x18\x06 \x01(\t\x12\x0f\n\x07replace\x18\x07 \x01(\x08\x12\x0e\n\x06\x61ppend\x18\x08 \x01(\x08\x12\r\n\x05\x65poch\x18\t \x01(\x03\"-\n\x0eImportResponse\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x0c\n\x04size\x18\x02 \x01(\x03\"O\n\rDoctorRequest\x12,\n\ndurability\x18\x01 \x01(\x0e\x32\x18.taskstate.v1.Durability\x12\x10\n\x08replicas\x18\x02 \x01(\x05\"\x84\x01\n\x0cServerReport\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x13\n\x0b\x61of_enabled\x18\x04 \x01(\x08\x12\x13\n\x0b\x61ppendfsync\x18\x05 \x01(\t\x12\x1a\n\x12\x63onnected_replicas\x18\x06 \x01(\x05\"1\n\x05\x43heck\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\n\n\x02ok\x18\x02 \x01(\x08\x12\x0e\n\x06\x64\x65tail\x18\x03 \x01(\t\"\x87\x01\n\x0e\x44octorResponse\x12\x10\n\x08topology\x18\x01 \x01(\t\x12\x11\n\tredis_url\x18\x02 \x01(\t\x12+\n\x07servers\x18\x03 \x03(\x0b\x32\x1a.taskstate.v1.ServerReport\x12#\n\x06\x63hecks\x18\x04 \x03(\x0b\x32\x13.taskstate.v1.Check*\x96\x01\n\nDurability\x12\x1a\n\x16\x44URABILITY_UNSPECIFIED\x10\x00\x12\x16\n\x12\x44URABILITY_APPLIED\x10\x01\x12\x19\n\x15\x44URABILITY_REPLICATED\x10\x02\x12\x16\n\x12\x44URABILITY_FSYNCED\x10\x03\x12!\n\x1d\x44URABILITY_REPLICATED_FSYNCED\x10\x04\x32\xe6\x05\n\x10TaskStateService\x12=\n\x04Open\x12\x19.taskstate.v1.OpenRequest\x1a\x1a.taskstate.v1.OpenResponse\x12\x45\n\x07Restore\x12\x1c.taskstate.v1.RestoreRequest\x1a\x1a.taskstate.v1.RestoreChunk0\x01\x12\x43\n\x06\x43ommit\x12\x1b.taskstate.v1.CommitRequest\x1a\x1c.taskstate.v1.CommitResponse\x12:\n\x03Get\x12\x18.taskstate.v1.GetRequest\x1a\x19.taskstate.v1.GetResponse\x12?\n\x08MultiGet\x12\x18.taskstate.v1.GetRequest\x1a\x19.taskstate.v1.GetResponse\x12\x41\n\x08\x44\x65scribe\x12\x1d.taskstate.v1.DescribeRequest\x1a\x16.taskstate.v1.TaskInfo\x12=\n\x04List\x12\x19.taskstate.v1.ListRequest\x1a\x1a.taskstate.v1.ListResponse\x12=\n\x04\x44rop\x12\x19.taskstate.v1.DropRequest\x1a\x1a.taskstate.v1.DropResponse\x12?\n\x04Read\x12\x19.taskstate.v1.ReadRequest\x1a\x1a.taskstate.v1.RestoreChunk0\x01\x12\x43\n\x06Import\x12\x1b.taskstate.v1.ImportRequest\x1a\x1c.taskstate.v1.ImportResponse\x12\x43\n\x06\x44octor\x12\x1b.taskstate.v1.DoctorRequest\x1a\x1c.taskstate.v1.DoctorResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'taskstate.proto.taskstate_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DURABILITY']._serialized_start=2917
-  _globals['_DURABILITY']._serialized_end=3067
+  _globals['_DURABILITY']._serialized_start=3024
+  _globals['_DURABILITY']._serialized_end=3174
   _globals['_TASKID']._serialized_start=49
   _globals['_TASKID']._serialized_end=114
   _globals['_WRITER']._serialized_start=116
@@ -40,49 +40,49 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_OPENREQUEST']._serialized_start=189
   _globals['_OPENREQUEST']._serialized_end=405
   _globals['_OPENRESPONSE']._serialized_start=408
-  _globals['_OPENRESPONSE']._serialized_end=626
-  _globals['_RESTOREREQUEST']._serialized_start=628
-  _globals['_RESTOREREQUEST']._serialized_end=754
-  _globals['_ENTRY']._serialized_start=756
-  _globals['_ENTRY']._serialized_end=791
-  _globals['_RESTORECHUNK']._serialized_start=794
-  _globals['_RESTORECHUNK']._serialized_end=949
-  _globals['_COMMITREQUEST']._serialized_start=952
-  _globals['_COMMITREQUEST']._serialized_end=1293
-  _globals['_COMMITRESPONSE']._serialized_start=1295
-  _globals['_COMMITRESPONSE']._serialized_end=1388
-  _globals['_GETREQUEST']._serialized_start=1390
-  _globals['_GETREQUEST']._serialized_end=1467
-  _globals['_GETRESPONSE']._serialized_start=1469
-  _globals['_GETRESPONSE']._serialized_end=1527
-  _globals['_OPTIONALVALUE']._serialized_start=1529
-  _globals['_OPTIONALVALUE']._serialized_end=1574
-  _globals['_DESCRIBEREQUEST']._serialized_start=1576
-  _globals['_DESCRIBEREQUEST']._serialized_end=1629
-  _globals['_TASKINFO']._serialized_start=1632
-  _globals['_TASKINFO']._serialized_end=1896
-  _globals['_LISTREQUEST']._serialized_start=1898
-  _globals['_LISTREQUEST']._serialized_end=1949
-  _globals['_LISTRESPONSE']._serialized_start=1951
-  _globals['_LISTRESPONSE']._serialized_end=2024
-  _globals['_DROPREQUEST']._serialized_start=2026
-  _globals['_DROPREQUEST']._serialized_end=2115
-  _globals['_DROPRESPONSE']._serialized_start=2117
-  _globals['_DROPRESPONSE']._serialized_end=2154
-  _globals['_READREQUEST']._serialized_start=2156
-  _globals['_READREQUEST']._serialized_end=2242
-  _globals['_IMPORTREQUEST']._serialized_start=2245
-  _globals['_IMPORTREQUEST']._serialized_end=2462
-  _globals['_IMPORTRESPONSE']._serialized_start=2464
-  _globals['_IMPORTRESPONSE']._serialized_end=2509
-  _globals['_DOCTORREQUEST']._serialized_start=2511
-  _globals['_DOCTORREQUEST']._serialized_end=2590
-  _globals['_SERVERREPORT']._serialized_start=2593
-  _globals['_SERVERREPORT']._serialized_end=2725
-  _globals['_CHECK']._serialized_start=2727
-  _globals['_CHECK']._serialized_end=2776
-  _globals['_DOCTORRESPONSE']._serialized_start=2779
-  _globals['_DOCTORRESPONSE']._serialized_end=2914
-  _globals['_TASKSTATESERVICE']._serialized_start=3070
-  _globals['_TASKSTATESERVICE']._serialized_end=3812
+  _globals['_OPENRESPONSE']._serialized_end=647
+  _globals['_RESTOREREQUEST']._serialized_start=650
+  _globals['_RESTOREREQUEST']._serialized_end=796
+  _globals['_ENTRY']._serialized_start=798
+  _globals['_ENTRY']._serialized_end=833
+  _globals['_RESTORECHUNK']._serialized_start=836
+  _globals['_RESTORECHUNK']._serialized_end=1012
+  _globals['_COMMITREQUEST']._serialized_start=1015
+  _globals['_COMMITREQUEST']._serialized_end=1356
+  _globals['_COMMITRESPONSE']._serialized_start=1358
+  _globals['_COMMITRESPONSE']._serialized_end=1451
+  _globals['_GETREQUEST']._serialized_start=1453
+  _globals['_GETREQUEST']._serialized_end=1551
+  _globals['_GETRESPONSE']._serialized_start=1553
+  _globals['_GETRESPONSE']._serialized_end=1634
+  _globals['_OPTIONALVALUE']._serialized_start=1636
+  _globals['_OPTIONALVALUE']._serialized_end=1681
+  _globals['_DESCRIBEREQUEST']._serialized_start=1683
+  _globals['_DESCRIBEREQUEST']._serialized_end=1736
+  _globals['_TASKINFO']._serialized_start=1739
+  _globals['_TASKINFO']._serialized_end=2003
+  _globals['_LISTREQUEST']._serialized_start=2005
+  _globals['_LISTREQUEST']._serialized_end=2056
+  _globals['_LISTRESPONSE']._serialized_start=2058
+  _globals['_LISTRESPONSE']._serialized_end=2131
+  _globals['_DROPREQUEST']._serialized_start=2133
+  _globals['_DROPREQUEST']._serialized_end=2222
+  _globals['_DROPRESPONSE']._serialized_start=2224
+  _globals['_DROPRESPONSE']._serialized_end=2261
+  _globals['_READREQUEST']._serialized_start=2263
+  _globals['_READREQUEST']._serialized_end=2349
+  _globals['_IMPORTREQUEST']._serialized_start=2352
+  _globals['_IMPORTREQUEST']._serialized_end=2569
+  _globals['_IMPORTRESPONSE']._serialized_start=2571
+  _globals['_IMPORTRESPONSE']._serialized_end=2616
+  _globals['_DOCTORREQUEST']._serialized_start=2618
+  _globals['_DOCTORREQUEST']._serialized_end=2697
+  _globals['_SERVERREPORT']._serialized_start=2700
+  _globals['_SERVERREPORT']._serialized_end=2832
+  _globals['_CHECK']._serialized_start=2834
+  _globals['_CHECK']._serialized_end=2883
+  _globals['_DOCTORRESPONSE']._serialized_start=2886
+  _globals['_DOCTORRESPONSE']._serialized_end=3021
+  _globals['_TASKSTATESERVICE']._serialized_start=3177
+  _globals['_TASKSTATESERVICE']._serialized_end=3919
 # @@protoc_insertion_point(module_scope)

@@ -61,7 +61,7 @@ class OpenRequest(_message.Message):
     def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., batch: _Optional[int] = ..., writer: _Optional[_Union[Writer, _Mapping]] = ..., codec: _Optional[str] = ..., durability: _Optional[_Union[Durability, str]] = ..., replicas: _Optional[int] = ..., attempt_id: _Optional[str] = ...) -> None: ...
 
 class OpenResponse(_message.Message):
-    __slots__ = ("epoch", "committed_batch", "position", "has_position", "size", "version", "rolled_back", "rolled_back_keys", "packed_commits", "reused_claim")
+    __slots__ = ("epoch", "committed_batch", "position", "has_position", "size", "version", "rolled_back", "rolled_back_keys", "packed_commits", "reused_claim", "packed_gets")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_BATCH_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
@@ -72,6 +72,7 @@ class OpenResponse(_message.Message):
     ROLLED_BACK_KEYS_FIELD_NUMBER: _ClassVar[int]
     PACKED_COMMITS_FIELD_NUMBER: _ClassVar[int]
     REUSED_CLAIM_FIELD_NUMBER: _ClassVar[int]
+    PACKED_GETS_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     committed_batch: int
     position: bytes
@@ -82,21 +83,24 @@ class OpenResponse(_message.Message):
     rolled_back_keys: int
     packed_commits: bool
     reused_claim: bool
-    def __init__(self, epoch: _Optional[int] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., rolled_back: _Optional[bool] = ..., rolled_back_keys: _Optional[int] = ..., packed_commits: _Optional[bool] = ..., reused_claim: _Optional[bool] = ...) -> None: ...
+    packed_gets: bool
+    def __init__(self, epoch: _Optional[int] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., rolled_back: _Optional[bool] = ..., rolled_back_keys: _Optional[int] = ..., packed_commits: _Optional[bool] = ..., reused_claim: _Optional[bool] = ..., packed_gets: _Optional[bool] = ...) -> None: ...
 
 class RestoreRequest(_message.Message):
-    __slots__ = ("task", "epoch", "max_fields", "packed", "since_version")
+    __slots__ = ("task", "epoch", "max_fields", "packed", "since_version", "delta_only")
     TASK_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     MAX_FIELDS_FIELD_NUMBER: _ClassVar[int]
     PACKED_FIELD_NUMBER: _ClassVar[int]
     SINCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DELTA_ONLY_FIELD_NUMBER: _ClassVar[int]
     task: TaskId
     epoch: int
     max_fields: int
     packed: bool
     since_version: str
-    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., max_fields: _Optional[int] = ..., packed: _Optional[bool] = ..., since_version: _Optional[str] = ...) -> None: ...
+    delta_only: bool
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., max_fields: _Optional[int] = ..., packed: _Optional[bool] = ..., since_version: _Optional[str] = ..., delta_only: _Optional[bool] = ...) -> None: ...
 
 class Entry(_message.Message):
     __slots__ = ("key", "value")
@@ -107,7 +111,7 @@ class Entry(_message.Message):
     def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class RestoreChunk(_message.Message):
-    __slots__ = ("entries", "last", "version", "packed", "delta", "deletes", "packed_deletes")
+    __slots__ = ("entries", "last", "version", "packed", "delta", "deletes", "packed_deletes", "not_covered")
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     LAST_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -115,6 +119,7 @@ class RestoreChunk(_message.Message):
     DELTA_FIELD_NUMBER: _ClassVar[int]
     DELETES_FIELD_NUMBER: _ClassVar[int]
     PACKED_DELETES_FIELD_NUMBER: _ClassVar[int]
+    NOT_COVERED_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[Entry]
     last: bool
     version: str
@@ -122,7 +127,8 @@ class RestoreChunk(_message.Message):
     delta: bool
     deletes: _containers.RepeatedScalarFieldContainer[str]
     packed_deletes: bytes
-    def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., last: _Optional[bool] = ..., version: _Optional[str] = ..., packed: _Optional[bytes] = ..., delta: _Optional[bool] = ..., deletes: _Optional[_Iterable[str]] = ..., packed_deletes: _Optional[bytes] = ...) -> None: ...
+    not_covered: bool
+    def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., last: _Optional[bool] = ..., version: _Optional[str] = ..., packed: _Optional[bytes] = ..., delta: _Optional[bool] = ..., deletes: _Optional[_Iterable[str]] = ..., packed_deletes: _Optional[bytes] = ..., not_covered: _Optional[bool] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
     __slots__ = ("task", "epoch", "batch", "upserts", "deletes", "position", "has_position", "durability", "replicas", "writer", "packed_upserts", "packed_deletes")
@@ -165,20 +171,24 @@ class CommitResponse(_message.Message):
     def __init__(self, version: _Optional[str] = ..., size: _Optional[int] = ..., replicas_acked: _Optional[int] = ..., base_version: _Optional[str] = ...) -> None: ...
 
 class GetRequest(_message.Message):
-    __slots__ = ("task", "epoch", "keys")
+    __slots__ = ("task", "epoch", "keys", "packed_keys")
     TASK_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
+    PACKED_KEYS_FIELD_NUMBER: _ClassVar[int]
     task: TaskId
     epoch: int
     keys: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., keys: _Optional[_Iterable[str]] = ...) -> None: ...
+    packed_keys: bytes
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., keys: _Optional[_Iterable[str]] = ..., packed_keys: _Optional[bytes] = ...) -> None: ...
 
 class GetResponse(_message.Message):
-    __slots__ = ("values",)
+    __slots__ = ("values", "packed_values")
     VALUES_FIELD_NUMBER: _ClassVar[int]
+    PACKED_VALUES_FIELD_NUMBER: _ClassVar[int]
     values: _containers.RepeatedCompositeFieldContainer[OptionalValue]
-    def __init__(self, values: _Optional[_Iterable[_Union[OptionalValue, _Mapping]]] = ...) -> None: ...
+    packed_values: bytes
+    def __init__(self, values: _Optional[_Iterable[_Union[OptionalValue, _Mapping]]] = ..., packed_values: _Optional[bytes] = ...) -> None: ...
 
 class OptionalValue(_message.Message):
     __slots__ = ("found", "value")

@@ -84,8 +84,16 @@ RESTORE_KEYS = Counter(
 RESTORES = Counter(
     "taskstate_restores",
     "Restores answered, by kind: 'delta' (only what changed since the version the worker "
-    "held, from the change log) or 'full' (the whole state).",
+    "held, from the change log), 'full' (the whole state) or 'not_covered' (a worker reading "
+    "on demand asked for a delta the change log no longer covers, and got nothing).",
     ["kind"],
+    registry=REGISTRY,
+)
+GET_KEYS = Counter(
+    "taskstate_get_keys",
+    "Keys read by Get and MultiGet (remote mode, and mirror mode's on-demand reads), by "
+    "outcome: 'found' or 'absent'.",
+    ["outcome"],
     registry=REGISTRY,
 )
 RESTORE_PROGRESS = Gauge(

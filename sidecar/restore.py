@@ -2,7 +2,8 @@
 
 A worker that holds a version of the task's state (RestoreRequest.since_version) gets only
 the keys changed since, read from the task's change log, when the log still covers that
-version ("delta"); otherwise the whole state ("full"), in chunks of about CHUNK_BYTES. A
+version ("delta"); otherwise the whole state ("full"), or nothing when the worker asked for a
+delta only (it reads keys on demand), in chunks of about CHUNK_BYTES. A
 chunk is packed (one msgpack blob: the client decodes it in one C call) or, for older
 clients, one `Entry` per field. A full restore that runs longer than PROGRESS_AFTER_S logs
 its progress with an ETA every PROGRESS_EVERY_S and shows it in a per-task gauge.
@@ -48,6 +49,10 @@ async def stream_restore(
             metrics.RESTORES.labels("delta").inc()
             metrics.RESTORE_KEYS.inc(len(delta.upserts) + len(delta.deletes))
             metrics.RESTORE_SECONDS.observe(time.perf_counter() - t0)
+            return
+        if request.delta_only:
+            yield pb.RestoreChunk(last=True, not_covered=True, version=await storage.version(task))
+            metrics.RESTORES.labels("not_covered").inc()
             return
     n = max(1, min(request.max_fields or DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS))
     progress = _Progress(storage, task, t0)

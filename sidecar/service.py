@@ -419,6 +419,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                 rolled_back_keys=r.rolled_back_keys,
                 packed_commits=True,
                 reused_claim=r.reused_claim,
+                packed_gets=True,
             )
 
         return await self._guard(context, "Open", run, request)
@@ -489,7 +490,15 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
         async def run() -> pb.GetResponse:
             task = task_key(request.task)
             epoch = _epoch(request.epoch, task.fq)
-            values = await self.storage.get(task, epoch, list(request.keys))
+            keys = list(request.keys)
+            if request.packed_keys:
+                keys.extend(_unpack_keys(request.packed_keys, task.fq, "packed_keys"))
+            values = await self.storage.get(task, epoch, keys)
+            absent = values.count(None)
+            metrics.GET_KEYS.labels("found").inc(len(values) - absent)
+            metrics.GET_KEYS.labels("absent").inc(absent)
+            if request.packed_keys:
+                return pb.GetResponse(packed_values=msgpack.packb(values, use_bin_type=True))
             return pb.GetResponse(
                 values=[pb.OptionalValue(found=v is not None, value=v or b"") for v in values]
             )

@@ -31,8 +31,9 @@ def test_quick_benchmarks_run_and_report_every_figure(spark_ready: None, tmp_pat
     assert any(n.startswith("demo batch: taskstate vs plain dict") for n in names)
     assert any(n.startswith("demo batch: taskstate vs Spark") for n in names)
     (rec,) = [f for f in result["figures"] if f["name"].startswith("recovery: killed worker")]
-    assert rec["met"] is None  # the issue sets no target; the figure checked its state
-    for side in ("taskstate", "spark"):
+    (big,) = [f for f in result["figures"] if f["name"].startswith("large-state batch")]
+    assert big["detail"] == rec["detail"]  # one run of the three queries, two figures
+    for side in ("taskstate", "taskstate_eager", "spark"):  # each query checked its state
         assert rec["detail"][side]["recovery_s"] > 0 and rec["detail"][side]["normal_ms"] > 0
     hand = [f for f in result["figures"] if f["name"].startswith("hand-over batch")]
     assert len(hand) == 2 and hand[0]["detail"]["40000_delta_restores"] == 5

@@ -28,9 +28,11 @@ def _serve(conn: Connection, sidecar: str, namespace: str) -> None:
                 conn.send(("ok", None))
                 return
             if cmd == "enter":
-                (ctx,) = args
+                ctx, *whole = args
                 state = TaskState(ctx, component="c", namespace=namespace, sidecar=sidecar)
                 state.__enter__()
+                # the whole state (a worker reading on demand loads it), unless told not to
+                data = dict(state) if whole != [False] else None
                 i = state.info
                 reply: Any = {
                     "epoch": i.epoch,
@@ -40,8 +42,15 @@ def _serve(conn: Connection, sidecar: str, namespace: str) -> None:
                     "committed_batch": i.committed_batch,
                     "delta": i.delta,
                     "restored_keys": i.restored_keys,
-                    "data": dict(state),
+                    "on_demand": i.on_demand,
+                    "data": data,
                 }
+            elif cmd == "read":  # on demand, in one batch
+                reply = state.get_many(args[0])
+            elif cmd == "held":  # what this process holds of the task between blocks
+                held = _cache.sessions[state.task_id]
+                reply = {"keys": sorted(held.data or {}), "absent": sorted(held.absent),
+                         "complete": held.complete}  # fmt: skip
             elif cmd == "update":
                 state.update(args[0])
                 reply = None

@@ -58,8 +58,8 @@ def test_show_prints_exactly_what_the_next_attempt_restores(
     out = json.loads(cli("show", f"{namespace}/c/0", "--json", sidecar=sidecar).stdout)
     _cache.sessions.clear()  # the next attempt runs in a new worker: it restores
     with ts(sidecar, namespace, 2) as s:
-        assert s.info.restored
         restored = dict(s)
+        assert s.info.restored
         position = s.position
     assert out["state"] == restored
     assert out["task"]["committed_batch"] == 1 and out["task"]["position"] == position

@@ -43,9 +43,9 @@ def test_metrics_move_with_commits_restores_rollbacks_and_fencing(
         with ts(side, namespace, b) as s:
             for i in range(100):
                 s[f"k{i}"] = b
-    _cache.sessions.clear()  # a new worker replays batch 2: rollback, then restore
+    _cache.sessions.clear()  # a new worker replays batch 2: rollback, then reads on demand
     with ts(side, namespace, 2) as s:
-        assert s.info.rolled_back and s.info.restored and s["k0"] == 1
+        assert s.info.rolled_back and s.info.on_demand and s["k0"] == 1 and "nope" not in s
         s["k0"] = 2
     a = ts(side, namespace, 3)  # a zombie attempt
     a.__enter__()
@@ -56,27 +56,34 @@ def test_metrics_move_with_commits_restores_rollbacks_and_fencing(
     _cache.sessions[a.task_id] = zombie
     with pytest.raises(FencedError):
         a.__exit__(None, None, None)
+    _cache.sessions.clear()
+    with ts(side, namespace, 4) as s:  # iteration needs the whole state: a full restore
+        assert len(s) == 100 and s.info.restored and s["k1"] == 3
 
     after = scrape(url)
 
     def moved(name: str) -> float:
         return after.get(name, 0.0) - before.get(name, 0.0)
 
-    assert moved("taskstate_commits_total") == 5
+    assert moved("taskstate_commits_total") == 6
     assert moved("taskstate_commit_keys_total") == 3 * 100 + 1 + 1
     assert moved("taskstate_commit_bytes_total") > 300 * len("k00")
-    assert moved("taskstate_commit_seconds_count") == 5
+    assert moved("taskstate_commit_seconds_count") == 6
     assert moved("taskstate_commit_seconds_sum") > 0
     assert moved("taskstate_replay_rollbacks_total") == 1
     assert moved("taskstate_replay_rollback_keys_total") == 100
-    # the replaying worker and attempt B (its process holds no cached state) restore
-    assert moved("taskstate_restore_keys_total") == 200
-    assert moved("taskstate_restore_seconds_count") == 2
+    # the replaying worker and attempt B hold no cached state: they read on demand (one
+    # key found, one absent; B only writes), nothing is restored
+    assert moved('taskstate_get_keys_total{outcome="found"}') == 1
+    assert moved('taskstate_get_keys_total{outcome="absent"}') == 1
+    assert moved("taskstate_restore_keys_total") == 100  # batch 4's len()
+    assert moved("taskstate_restore_seconds_count") == 1
     assert moved("taskstate_fenced_commits_total") == 1
     assert moved('taskstate_requests_total{code="FENCED",method="Commit"}') == 1
-    assert moved('taskstate_requests_total{code="ok",method="Commit"}') == 5
-    assert moved('taskstate_requests_total{code="ok",method="Open"}') == 6
-    assert moved('taskstate_requests_total{code="ok",method="Restore"}') == 2
+    assert moved('taskstate_requests_total{code="ok",method="Commit"}') == 6
+    assert moved('taskstate_requests_total{code="ok",method="Open"}') == 7
+    assert moved('taskstate_requests_total{code="ok",method="Get"}') == 2
+    assert moved('taskstate_requests_total{code="ok",method="Restore"}') == 1
     assert after['taskstate_requests_in_flight{method="Commit"}'] == 0
 
 

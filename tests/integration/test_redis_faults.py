@@ -180,7 +180,7 @@ def test_tls_redis_with_acl_user(tls_redis, tmp_path: Path, namespace: str) -> N
         _cache.sessions.clear()  # a fresh worker: restore from Redis
         with TaskState(LocalContext(1, batch_id=1), component="c", namespace=namespace,
                        sidecar=side.target) as s:  # fmt: skip
-            assert s.info.restored and len(s) == 12_000 and s["k11999"] == 11_999
+            assert len(s) == 12_000 and s.info.restored and s["k11999"] == 11_999
         with pytest.raises(DurabilityError, match="appendonly=no"):
             run_batch(side.target, namespace, 2, 0, durability="fsynced", give_up_s=0)
     finally:

@@ -4,9 +4,10 @@ Executors are upgraded by image, sidecars by chart (issue 7), so the two can dif
 while. An older sidecar parses a newer request and drops the fields it does not know
 (protobuf keeps them as unknown fields nobody reads). `OldSidecarProxy` sits in front of
 the real sidecar and does exactly that for the fields added after the first release:
-`CommitRequest.packed_upserts/packed_deletes`, `RestoreRequest.packed` and
-`OpenResponse.packed_commits`. Without the advertisement in OpenResponse the client would
-send its changes only in the packed fields and the old sidecar would commit nothing.
+`CommitRequest.packed_upserts/packed_deletes`, `RestoreRequest.packed/since_version/
+delta_only`, `GetRequest.packed_keys` and `OpenResponse.packed_commits/packed_gets`.
+Without the advertisements in OpenResponse the client would send its changes (or the keys
+it reads on demand) only in the packed fields, and the old sidecar would see none.
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ _SERVICE = "taskstate.v1.TaskStateService"
 # (message, fields an older sidecar does not know)
 _NEWER_FIELDS: dict[type, tuple[str, ...]] = {
     pb.CommitRequest: ("packed_upserts", "packed_deletes"),
-    pb.RestoreRequest: ("packed",),
-    pb.OpenResponse: ("packed_commits",),
+    pb.RestoreRequest: ("packed", "since_version", "delta_only"),
+    pb.GetRequest: ("packed_keys",),
+    pb.OpenResponse: ("packed_commits", "packed_gets"),
 }
 
 
@@ -54,8 +56,9 @@ class OldSidecarProxy:
             "Open": self._unary("Open", pb.OpenRequest, pb.OpenResponse),
             "Commit": self._unary("Commit", pb.CommitRequest, pb.CommitResponse),
             "Restore": self._stream("Restore", pb.RestoreRequest),
+            "MultiGet": self._unary("MultiGet", pb.GetRequest, pb.GetResponse),
         }
-        for name in ("Get", "MultiGet", "Describe", "List", "Drop"):
+        for name in ("Get", "Describe", "List", "Drop"):
             handlers[name] = self._unary(name, None, None)
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         self._server.add_generic_rpc_handlers(
@@ -126,9 +129,12 @@ def test_new_client_commits_and_restores_through_an_older_sidecar(
     assert len(stored) == 2_000 and b"gone" not in stored
     assert stored[b"k0"] == b'"changed"' and stored[b"k1999"] == b'{"i":1999}'
 
-    _cache.sessions.clear()  # a new worker: it restores through the old sidecar
+    _cache.sessions.clear()  # a new worker: it reads on demand through the old sidecar
     with _task(old_sidecar.target, namespace, 2) as s:
-        assert s.info.restored and dict(s) == {
+        assert s.info.on_demand
+        assert s.get_many(["k0", "k7", "gone"]) == {"k0": "changed", "k7": {"i": 7}}
+        assert old_sidecar.seen["MultiGet"] == 1 and "Restore" not in old_sidecar.seen
+        assert dict(s) == {  # the rest of the state: a restore in the old form
             **{f"k{i}": {"i": i} for i in range(1, 2_000)},
             "k0": "changed",
         }

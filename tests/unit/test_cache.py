@@ -20,9 +20,12 @@ def block(fake: FakeSidecar, ns: str, part: int, batch: int, n: int = 0) -> Task
 
 
 @pytest.fixture(autouse=True)
-def fresh_cache() -> None:
+def fresh_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     _cache.sessions.clear()
     _cache._warned.clear()  # noqa: SLF001 - each test starts as a fresh worker
+    # whole states come back on every cold Open, so "restored" shows what was evicted
+    # (the last test reads on demand)
+    monkeypatch.setenv("TASKSTATE_LOAD", "eager")
 
 
 def test_the_estimate_is_per_key_and_per_encoded_byte(fake: FakeSidecar, namespace: str) -> None:
@@ -90,3 +93,21 @@ def test_a_bound_of_zero_caches_nothing_between_blocks(
     block(fake, namespace, 1, 0, n=10)
     assert _cache.sessions[f"{namespace}/c/0"].data is None
     assert block(fake, namespace, 0, 1).info.restored
+
+
+def test_a_copy_read_on_demand_costs_what_it_holds(
+    fake: FakeSidecar, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TASKSTATE_LOAD", "on-demand")
+    block(fake, namespace, 0, 0, n=2000)
+    whole = _cache.size_of(_cache.sessions[f"{namespace}/c/0"])
+    _cache.sessions.clear()  # a new worker: it holds nothing of the task
+    s = TaskState(LocalContext(0, batch_id=1), component="c", namespace=namespace,
+                  sidecar=fake.target)  # fmt: skip
+    with s:
+        assert s.info.on_demand and not s.info.restored
+        got = s.get_many([f"key-{i:06d}" for i in range(0, 2000, 10)] + ["nope"])
+        assert len(got) == 200 and got["key-000010"] == {"n": 10, "part": 0}
+    held = _cache.sessions[f"{namespace}/c/0"]
+    assert held.absent == {"nope"} and not held.complete
+    assert _cache.size_of(held) == pytest.approx(whole / 10, rel=0.05)

@@ -66,7 +66,7 @@ def test_same_process_skips_restore_when_it_holds_the_committed_version(
         pass
     fake.storage.tasks[TaskKey(namespace, "c", 0)].ver += 1
     with open_state(fake, namespace, 3) as s:
-        assert s.info.restored and dict(s) == {"a": 2}
+        assert dict(s) == {"a": 2} and s.info.restored
 
 
 def test_nested_value_changed_in_place_is_committed(fake: FakeSidecar, namespace: str) -> None:
