@@ -149,9 +149,34 @@ class JobOptions:
             return _PLAIN.setdefault((self.namespace, part), {})
         from taskstate.client import TaskState
 
-        return TaskState(
+        s = TaskState(
             ctx, component=COMPONENT, namespace=self.namespace, sidecar=self.sidecar
         ).__enter__()
+        record_open(self, s)
+        return s
+
+
+def record_open(opts: JobOptions, s: Any) -> None:
+    """Append what an Open found to `fault_dir/opens.jsonl`, with this worker's pid.
+
+    The e2e tests read hand-overs from it: a task whose batch runs in another Python
+    worker than its previous batch, and how that worker got the state (a delta, on-demand
+    reads, never the whole state at Open). Blocks that reuse their attempt's claim (the
+    later groups of applyInPandasWithState) are not Opens and are left out.
+    """
+    if not opts.fault_dir or s is None or s.info.reused_claim:
+        return
+    i = s.info
+    line = json.dumps({
+        "batch": s.batch_id, "part": s.partition, "pid": os.getpid(), "size": i.size,
+        "delta": i.delta, "on_demand": i.on_demand, "restored": i.restored,
+        "restored_keys": i.restored_keys,
+    })  # fmt: skip
+    fd = os.open(Path(opts.fault_dir) / "opens.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
 
 
 def close(s: Any) -> None:
@@ -177,6 +202,8 @@ def apply_events(
 ) -> list[tuple[Any, ...]]:
     """Update running totals in `s` (a TaskState or a dict); return output rows."""
     rows = []
+    if not isinstance(s, dict):
+        s.prefetch([key for _, key, _ in events])  # a worker without a copy: one round trip
     for event_id, key, value in sorted(events):
         st = s.get(key) or {"count": 0, "total": 0}
         st["count"] += 1
@@ -282,6 +309,7 @@ def processor_class(opts: JobOptions, pandas: bool) -> Any:
                 self.plain = _PLAIN.setdefault((opts.namespace, part), {})
             else:
                 super().init(handle)
+                record_open(opts, self.state)
 
         def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:  # noqa: N802, N803
             _, batch, part = task_info()

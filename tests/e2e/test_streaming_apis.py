@@ -8,6 +8,7 @@ The plain-dict twin of the job under fault (a) diverges: proof that the checks c
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -31,7 +32,9 @@ from taskstate.testing import RedisServer, SidecarProcess
 
 pytestmark = pytest.mark.e2e
 
-BATCHES, PER_BATCH, KEYS, PARTS, FAULT_BATCH = 4, 150, 24, 4, 2
+# 400 keys: every task holds state from its first batch on, so a task that moves to
+# another Python worker must get it there (tasks move: see test_tasks_moved_...)
+BATCHES, PER_BATCH, KEYS, PARTS, FAULT_BATCH = 4, 150, 400, 4, 2
 SCENARIOS = (
     ("golden", "taskstate", "none"),
     ("worker", "taskstate", "worker"),
@@ -149,6 +152,31 @@ def test_query_killed_and_restarted_from_checkpoint_equals_golden(
     runs: dict[str, Any], redis_server: RedisServer
 ) -> None:
     _check_equal_golden(runs, "restart", redis_server, "paused")
+
+
+def test_tasks_moved_between_workers_and_never_took_the_whole_state(
+    runs: dict[str, Any],
+) -> None:
+    """Hand-overs happened (a task's batch in another Python worker than its previous one),
+    and no Open brought the whole state: a worker got a delta or read on demand."""
+    moves = {}
+    for name, state, _ in SCENARIOS:
+        if state != "taskstate":
+            continue
+        lines = (runs["workdir"] / name / "faults" / "opens.jsonl").read_text().splitlines()
+        opens = [json.loads(line) for line in lines]
+        assert {o["part"] for o in opens} == set(range(PARTS)), name
+        for o in opens:
+            assert not (o["restored"] and not o["delta"]), (name, o)  # never whole at Open
+        moves[name] = 0
+        for part in range(PARTS):
+            seq = [o for o in opens if o["part"] == part]  # in the order they were opened
+            for prev, o in zip(seq, seq[1:], strict=False):
+                if o["pid"] != prev["pid"] and o["size"] > 0:
+                    moves[name] += 1
+                    assert o["delta"] or o["on_demand"], (name, o)
+    # a killed worker's task and a restarted query's tasks always move
+    assert moves["worker"] >= 1 and moves["restart"] >= 1, moves
 
 
 def test_the_same_job_with_a_plain_dict_diverges(runs: dict[str, Any]) -> None:
