@@ -46,6 +46,7 @@ def _serve(conn: Connection, target: str, env: dict[str, str]) -> None:
         with TaskState(ctx, component="c", namespace=ns, sidecar=target) as s:
             if seed:
                 s.update({f"k{i}": i for i in range(seed)})
+            s.prefetch(touch)  # what a job does with a frame's keys; a no-op on a whole copy
             for k in touch:
                 s[k] = s[k] + 1
         took = time.perf_counter() - t0
@@ -153,7 +154,8 @@ def executor_memory(
     from .__main__ import Figure, _say
 
     ns = f"bench-memory-{os.getpid()}"
-    seeder = _Worker(target, {"TASKSTATE_CACHE_BYTES": "0"})
+    # whole copies (TASKSTATE_LOAD=eager), the most a worker can cache
+    seeder = _Worker(target, {"TASKSTATE_CACHE_BYTES": "0", "TASKSTATE_LOAD": "eager"})
     try:
         _say(f"executor memory: {tasks} tasks of {keys:,} keys")
         for part in range(tasks):
@@ -165,7 +167,8 @@ def executor_memory(
     bounds = {"bound": str(bound_mib << 20), "zero": "0", "unbounded": str(1 << 60)}
     for name, bound in bounds.items():
         _say(f"executor memory: TASKSTATE_CACHE_BYTES={bound}")
-        ws = [_Worker(target, {"TASKSTATE_CACHE_BYTES": bound}) for _ in range(n_workers)]
+        env = {"TASKSTATE_CACHE_BYTES": bound, "TASKSTATE_LOAD": "eager"}
+        ws = [_Worker(target, env) for _ in range(n_workers)]
         try:
             peak = [0] * n_workers
             for rnd in range(n_workers):  # every worker serves every task once

@@ -88,9 +88,9 @@ class Reads:
         Returns the encoded bytes per key seen (`entry_bytes` if nothing was read).
         """
         want = [
-            k
+            str(k)  # numpy's str_ (a pandas column's values) is a str too
             for k in dict.fromkeys(keys)
-            if k.__class__ is str and k not in data and k not in absent
+            if isinstance(k, str) and k not in data and k not in absent
         ]
         read_keys = read_bytes = 0
         i = 0

@@ -191,6 +191,7 @@ class Claims:
 
         What the session holds wins (values read, maybe changed in place, or written);
         keys it knows absent (`session.absent`, deleted by this block included) stay so.
+        `session.data` is a new dict afterwards.
         """
         data, absent = session.data, session.absent
         assert data is not None  # noqa: S101 - only called on a session reading on demand
@@ -204,18 +205,20 @@ class Claims:
             info=session.info,
         )
         self.restore(rest)
-        for k, v in (rest.data or {}).items():
-            if k not in data and k not in absent:
-                data[k] = v
+        merged = rest.data if rest.data is not None else {}
+        for k in absent:  # deleted by this block, or absent when read
+            merged.pop(k, None)
         for k, v in written.items():
             if v is None:
-                data.pop(k, None)
+                merged.pop(k, None)
+        merged.update(data)  # a few keys into many: the caller takes the new dict
+        session.data = merged
         absent.clear()
         session.complete = True
         if not session.entry_bytes:
             session.entry_bytes = rest.entry_bytes
         session.info = replace(
-            session.info, restored=True, size=len(data), restored_keys=rest.info.restored_keys
+            session.info, restored=True, size=len(merged), restored_keys=rest.info.restored_keys
         )
 
     def restore(self, session: Session, since: Session | None = None) -> None:

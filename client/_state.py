@@ -310,7 +310,7 @@ class TaskState(MutableMapping[str, Any]):
         value = self._data.get(key, MISSING)
         if value is not MISSING or self._complete:
             return value
-        if key in self._absent or key.__class__ is not str:
+        if key in self._absent or not isinstance(key, str):
             return MISSING
         session = self._require_open()
         if self.config.mode == "mirror":  # reading on demand
@@ -323,6 +323,8 @@ class TaskState(MutableMapping[str, Any]):
     def _load_rest(self, session: Session) -> None:
         """On-demand reads: bring the rest of the committed state here (mirror mode)."""
         self._claims.load_rest(session, self._written)
+        assert session.data is not None  # noqa: S101 - load_rest fills it
+        self._data = session.data
         self._complete = True
 
     def prefetch(self, keys: Iterable[Any]) -> None:

@@ -107,7 +107,7 @@ def test_a_cold_worker_reads_what_it_touches_and_commits_exactly(
         # what this block changed and has not committed
         s["k0002"] = "mine"
         del s["k0007"]
-        assert len(s) == 4_998 and s.info.restored
+        assert len(s) == 4_998 and s.info.restored and s.info.size == 4_998
         everything = dict(s)
     want["k0002"] = "mine"
     del want["k0007"]
