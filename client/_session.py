@@ -9,6 +9,7 @@ or delta Restore, by the reuse rules below.
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -295,3 +296,13 @@ def same_generation(held: Session, version: str) -> bool:
     """Whether `held`'s version is of the same generation as `version` (gen:counter)."""
     gen = held.version.partition(":")[0]
     return bool(gen) and gen == version.partition(":")[0]
+
+
+def writer_of(ident: TaskIdentity) -> pb.Writer:
+    """Who writes: recorded with each Open and Commit for operators."""
+    return pb.Writer(
+        host=socket.gethostname(),
+        executor=os.environ.get("SPARK_EXECUTOR_ID", ""),
+        attempt=ident.attempt,
+        pid=os.getpid(),
+    )

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import enum
 import os
-import socket
 from collections.abc import Iterable, Iterator, MutableMapping
 from typing import Any, Literal
 
@@ -34,7 +33,7 @@ from ._config import TaskStateConfig
 from ._context import current_context, identity
 from ._errors import ConfigError, LimitError, TaskStateError
 from ._reads import MISS_FRACTION, MISS_MIN, Reads
-from ._session import DURABILITY, Claims, OpenInfo, Session
+from ._session import DURABILITY, Claims, OpenInfo, Session, writer_of
 from ._transport import GrpcTransport
 from ._wire import ENTRY_OVERHEAD, REQUEST_HEADROOM, pieces
 
@@ -113,14 +112,26 @@ class TaskState(MutableMapping[str, Any]):
         self.phase = Phase.CREATED
         self._session: Session | None = None
         self._data: dict[str, Any] = {}
+        # Claims and Reads get closures over plain values, never this object's bound
+        # methods: a reference cycle would keep a finished block's state (a whole dict)
+        # alive until Python's cycle collector happened to run
+        ident = self._ident
+        task = self._pb_task()
+
+        def task_msg() -> pb.TaskId:
+            return task
+
+        def writer() -> pb.Writer:
+            return writer_of(ident)
+
         self._claims = Claims(
-            self.task_id, self._transport, self._codec, c, self._ident, self._pb_task, self._writer
+            self.task_id, self._transport, self._codec, c, ident, task_msg, writer
         )
         self._reads = Reads(
             self.task_id,
             self._transport,
             self._codec,
-            self._pb_task,
+            task_msg,
             c.max_message_bytes - REQUEST_HEADROOM,
         )
         # mirror mode with the whole state here: a key not in _data does not exist
@@ -162,12 +173,7 @@ class TaskState(MutableMapping[str, Any]):
         )
 
     def _writer(self) -> pb.Writer:
-        return pb.Writer(
-            host=socket.gethostname(),
-            executor=os.environ.get("SPARK_EXECUTOR_ID", ""),
-            attempt=self._ident.attempt,
-            pid=os.getpid(),
-        )
+        return writer_of(self._ident)
 
     def _require_session(self) -> Session:
         if self._session is None:

@@ -111,3 +111,22 @@ def test_a_copy_read_on_demand_costs_what_it_holds(
     held = _cache.sessions[f"{namespace}/c/0"]
     assert held.absent == {"nope"} and not held.complete
     assert _cache.size_of(held) == pytest.approx(whole / 10, rel=0.05)
+
+
+def test_a_finished_block_is_freed_without_the_cycle_collector(
+    fake: FakeSidecar, namespace: str
+) -> None:
+    """A reference cycle through the TaskState would keep its state (a whole dict) alive
+    until Python's cycle collector ran: an executor's memory would then follow the number
+    of blocks, not the bound."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        s = block(fake, namespace, 0, 0, n=10)
+        ref = weakref.ref(s)
+        del s
+        assert ref() is None
+    finally:
+        gc.enable()
