@@ -227,7 +227,8 @@ class Claims:
 
         With `since` (a session whose data is the state at its version), ask only for
         what changed since that version; the sidecar answers with a delta when the
-        task's change log covers it, else with the whole state.
+        task's change log covers it, else with the whole state (eager loading) or with
+        nothing, and then the session reads on demand (`load`).
         """
         data: dict[str, Any] = {}
         deleted: list[str] = []
