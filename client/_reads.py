@@ -63,16 +63,9 @@ class Reads:
 
     def lookup(self, data: dict[str, Any], absent: set[str], key: str, epoch: int) -> Any:
         """The committed value of `key` (MISSING if absent), kept in `data` once read."""
-        r = self.transport.multi_get(
-            pb.GetRequest(task=self.pb_task(), epoch=epoch, keys=[key]), self.task_id
-        )
-        found = r.values[0]
-        if not found.found:
-            absent.add(key)
-            return MISSING
-        value = self.codec.decode(self.task_id, key, found.value)
-        data[key] = value
-        return value
+        # one key: the per-entry form, which every sidecar reads
+        self._decode_into(data, absent, [key], self._page([key], epoch, packed=False))
+        return data.get(key, MISSING)
 
     def fetch(
         self,
