@@ -11,6 +11,8 @@ from taskstate.client import _cache
 from taskstate.sidecar.storage.redis.keys import namespace_pattern
 from taskstate.testing import RedisServer, SidecarProcess, find_redis_server
 
+from .attempt_worker import Worker, worker_pool
+
 pytestmark = pytest.mark.integration
 
 
@@ -38,6 +40,23 @@ def sidecar(
     sock = tmp_path_factory.mktemp("sidecar") / "s.sock"
     with SidecarProcess(redis_server.url, sock) as s:
         yield s
+
+
+@pytest.fixture(scope="module")
+def metered_sidecar(
+    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SidecarProcess]:
+    """A sidecar of the module's own, whose metrics its tests read."""
+    sock = tmp_path_factory.mktemp("metered") / "s.sock"
+    with SidecarProcess(redis_server.url, sock, extra=["--metrics-port", "0"]) as s:
+        yield s
+
+
+@pytest.fixture
+def workers(metered_sidecar: SidecarProcess, namespace: str) -> Iterator[list[Worker]]:
+    """Three worker processes (each its own claim cache) on the metered sidecar."""
+    with worker_pool(metered_sidecar.target, namespace) as ws:
+        yield ws
 
 
 @pytest.fixture(autouse=True)

@@ -8,8 +8,6 @@ the stored state exactly, and whether it came as a delta (and of how many keys) 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import grpc
 import pytest
 
@@ -20,25 +18,9 @@ from taskstate.sidecar.storage.base import LOG_MIN
 from taskstate.sidecar.storage.redis.keys import data_key, meta_key, task_key
 from taskstate.testing import RedisServer, SidecarProcess
 
-from .attempt_worker import Worker, worker_pool
+from .attempt_worker import Worker
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def side(
-    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[SidecarProcess]:
-    """A sidecar whose metrics this module reads."""
-    sock = tmp_path_factory.mktemp("delta") / "s.sock"
-    with SidecarProcess(redis_server.url, sock, extra=["--metrics-port", "0"]) as s:
-        yield s
-
-
-@pytest.fixture
-def workers(side: SidecarProcess, namespace: str) -> Iterator[list[Worker]]:
-    with worker_pool(side.target, namespace) as ws:
-        yield ws
 
 
 def stored(r: RedisServer, ns: str) -> dict[str, int]:
@@ -54,13 +36,16 @@ def restores(side: SidecarProcess) -> dict[str, float]:
 
 
 def test_alternating_workers_get_only_what_changed(
-    redis_server: RedisServer, side: SidecarProcess, workers: list[Worker], namespace: str
+    redis_server: RedisServer,
+    metered_sidecar: SidecarProcess,
+    workers: list[Worker],
+    namespace: str,
 ) -> None:
     w1, w2, _ = workers
     w1.block(LocalContext(0, batch_id=0), {f"k{i}": i for i in range(1000)})
     first = w2.block(LocalContext(0, batch_id=1), {"k1": -1, "new": 7}, deletes=("k2", "k3"))
     assert first["restored"] and not first["delta"] and first["restored_keys"] == 1000
-    before = restores(side)
+    before = restores(metered_sidecar)
 
     # w1 holds batch 0's version: it gets the 4 keys batch 1 changed, nothing else
     again = w1.block(LocalContext(0, batch_id=2), {"k4": -4}, deletes=("new",))
@@ -72,7 +57,7 @@ def test_alternating_workers_get_only_what_changed(
     assert back["delta"] and back["restored_keys"] == 2
     expected = {k: v for k, v in expected.items() if k != "new"} | {"k4": -4}
     assert back["data"] == expected == stored(redis_server, namespace)
-    after = restores(side)
+    after = restores(metered_sidecar)
     assert after["delta"] - before["delta"] == 2 and after["full"] == before["full"]
 
 
@@ -102,16 +87,19 @@ def test_delta_after_a_replayed_batch_is_rolled_back(
         assert not nxt["delta"] and nxt["restored_keys"] == 100
 
 
-def _channel(side: SidecarProcess) -> pb_grpc.TaskStateServiceStub:
-    return pb_grpc.TaskStateServiceStub(grpc.insecure_channel(side.target))
+def _channel(metered_sidecar: SidecarProcess) -> pb_grpc.TaskStateServiceStub:
+    return pb_grpc.TaskStateServiceStub(grpc.insecure_channel(metered_sidecar.target))
 
 
 def test_an_import_or_a_drop_is_never_taken_for_a_delta(
-    redis_server: RedisServer, side: SidecarProcess, workers: list[Worker], namespace: str
+    redis_server: RedisServer,
+    metered_sidecar: SidecarProcess,
+    workers: list[Worker],
+    namespace: str,
 ) -> None:
     w1, w2, _ = workers
     w1.block(LocalContext(0, batch_id=0), {"a": 1, "b": 2})
-    stub = _channel(side)
+    stub = _channel(metered_sidecar)
     task = pb.TaskId(namespace=namespace, component="c", partition=0)
     stub.Import(
         pb.ImportRequest(
@@ -156,12 +144,12 @@ def test_a_log_trimmed_past_the_held_version_falls_back_to_a_full_restore(
 
 
 def test_a_delta_restore_is_fenced_like_a_full_one(
-    side: SidecarProcess, workers: list[Worker], namespace: str
+    metered_sidecar: SidecarProcess, workers: list[Worker], namespace: str
 ) -> None:
     w1, w2, _ = workers
     w1.block(LocalContext(0, batch_id=0), {"a": 1})
     w2.block(LocalContext(0, batch_id=1), {"a": 2})  # a newer claim: epoch 2
-    stub = _channel(side)
+    stub = _channel(metered_sidecar)
     task = pb.TaskId(namespace=namespace, component="c", partition=0)
     meta = stub.Describe(pb.DescribeRequest(task=task))
     since = meta.version.rpartition(":")[0] + ":1"

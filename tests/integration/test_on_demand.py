@@ -7,8 +7,6 @@ against what Redis holds, exactly, and which round trips it took (the sidecar's 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from taskstate.client import ConfigError, FencedError, LocalContext, TaskState, _cache
@@ -17,30 +15,9 @@ from taskstate.sidecar.storage.base import LOG_MIN
 from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess
 
-from .attempt_worker import Worker, worker_pool
+from .attempt_worker import Worker
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(scope="module")
-def side(
-    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[SidecarProcess]:
-    """A sidecar whose metrics this module reads."""
-    sock = tmp_path_factory.mktemp("ondemand") / "s.sock"
-    with SidecarProcess(redis_server.url, sock, extra=["--metrics-port", "0"]) as s:
-        yield s
-
-
-@pytest.fixture
-def workers(side: SidecarProcess, namespace: str) -> Iterator[list[Worker]]:
-    with worker_pool(side.target, namespace) as ws:
-        yield ws
-
-
-@pytest.fixture(autouse=True)
-def fresh_cache() -> None:
-    _cache.sessions.clear()  # this process is a new worker in each test
 
 
 def ts(side: SidecarProcess, ns: str, batch: int, ctx: LocalContext | None = None) -> TaskState:
@@ -68,14 +45,14 @@ def moved(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
 
 
 def test_a_cold_worker_reads_what_it_touches_and_commits_exactly(
-    redis_server: RedisServer, side: SidecarProcess, namespace: str
+    redis_server: RedisServer, metered_sidecar: SidecarProcess, namespace: str
 ) -> None:
     state = {f"k{i:04d}": {"n": i} for i in range(5_000)}
-    with ts(side, namespace, 0) as s:
+    with ts(metered_sidecar, namespace, 0) as s:
         s.update(state)
     _cache.sessions.clear()
-    before = counters(side)
-    with ts(side, namespace, 1) as s:
+    before = counters(metered_sidecar)
+    with ts(metered_sidecar, namespace, 1) as s:
         assert s.info.on_demand and not s.info.restored and s.info.size == 5_000
         got = s.get_many(["k0001", "k0002", "k4999", "nope", "k0001"])
         assert got == {"k0001": {"n": 1}, "k0002": {"n": 2}, "k4999": {"n": 4999}}
@@ -86,7 +63,7 @@ def test_a_cold_worker_reads_what_it_touches_and_commits_exactly(
             del s["nope"]
         assert s.get("k0005") == {"n": 5} and "k0006" in s and "nope2" not in s
         assert "k0004" not in s  # deleted here: not read again from the state
-    m = moved(before, counters(side))
+    m = moved(before, counters(metered_sidecar))
     # one batch of 4 keys, then k0004, k0005, k0006 and nope2 one by one; no restore
     assert m == {"found": 6, "absent": 2, "gets": 5, "restores": 0, "not_covered": 0}
     want = {k: v for k, v in state.items() if k != "k0004"}
@@ -99,10 +76,10 @@ def test_a_cold_worker_reads_what_it_touches_and_commits_exactly(
     # the partial copy stays for the next batch on this worker: no round trip for it
     held = _cache.sessions[f"{namespace}/c/0"]
     assert not held.complete and held.absent >= {"nope", "nope2", "k0004"}
-    before = counters(side)
-    with ts(side, namespace, 2) as s:
+    before = counters(metered_sidecar)
+    with ts(metered_sidecar, namespace, 2) as s:
         assert not s.info.on_demand and s["k0001"] == {"n": 101} and "k0004" not in s
-        assert moved(before, counters(side))["gets"] == 0
+        assert moved(before, counters(metered_sidecar))["gets"] == 0
         # iteration needs the whole state: the rest comes in one restore, merged with
         # what this block changed and has not committed
         s["k0002"] = "mine"
@@ -112,21 +89,21 @@ def test_a_cold_worker_reads_what_it_touches_and_commits_exactly(
     want["k0002"] = "mine"
     del want["k0007"]
     assert everything == want
-    assert moved(before, counters(side))["restores"] == 1
+    assert moved(before, counters(metered_sidecar))["restores"] == 1
     assert stored(redis_server, namespace).keys() == want.keys()
 
 
 def test_an_older_attempt_never_reads_a_newer_attempts_commit(
-    side: SidecarProcess, namespace: str
+    metered_sidecar: SidecarProcess, namespace: str
 ) -> None:
-    with ts(side, namespace, 0) as s:
+    with ts(metered_sidecar, namespace, 0) as s:
         s.update({"a": 1, "b": 1, "c": 1})
     _cache.sessions.clear()
-    old = ts(side, namespace, 1)
+    old = ts(metered_sidecar, namespace, 1)
     old.__enter__()
     assert old.info.on_demand and old["a"] == 1  # read before the newer attempt
     zombie = _cache.sessions.pop(old.task_id)
-    with ts(side, namespace, 1) as new:  # a retry of batch 1 in another worker
+    with ts(metered_sidecar, namespace, 1) as new:  # a retry of batch 1 in another worker
         new["b"] = 2
         new["d"] = 2
     _cache.sessions[old.task_id] = zombie
@@ -142,22 +119,25 @@ def test_an_older_attempt_never_reads_a_newer_attempts_commit(
 
 
 def test_single_reads_past_a_share_of_the_state_load_the_rest(
-    side: SidecarProcess, namespace: str
+    metered_sidecar: SidecarProcess, namespace: str
 ) -> None:
     n = 20_000  # the threshold is max(MISS_MIN, n / MISS_FRACTION) = 156 single reads
-    with ts(side, namespace, 0) as s:
+    with ts(metered_sidecar, namespace, 0) as s:
         s.update({f"k{i}": i for i in range(n)})
     _cache.sessions.clear()
-    before = counters(side)
-    with ts(side, namespace, 1) as s:
+    before = counters(metered_sidecar)
+    with ts(metered_sidecar, namespace, 1) as s:
         total = sum(s[f"k{i}"] for i in range(1_000))
         assert total == sum(range(1_000)) and s.info.restored
-    m = moved(before, counters(side))
+    m = moved(before, counters(metered_sidecar))
     assert m["gets"] == max(MISS_MIN, n // MISS_FRACTION) and m["restores"] == 1
 
 
 def test_a_partial_copy_handed_over_gets_a_delta_and_reads_exactly(
-    redis_server: RedisServer, side: SidecarProcess, workers: list[Worker], namespace: str
+    redis_server: RedisServer,
+    metered_sidecar: SidecarProcess,
+    workers: list[Worker],
+    namespace: str,
 ) -> None:
     w1, w2, _ = workers
     w1.block(LocalContext(0, batch_id=0), {f"k{i}": i for i in range(1_000)})
@@ -169,12 +149,12 @@ def test_a_partial_copy_handed_over_gets_a_delta_and_reads_exactly(
     assert w2.call("held") == {"keys": ["k1", "k2"], "absent": ["x"], "complete": False}
     # w1 (whole copy) changes what w2 holds, knows absent, and never read
     w1.block(LocalContext(0, batch_id=2), {"k2": 22, "x": 7, "k3": 33}, deletes=("k1",))
-    before = counters(side)
+    before = counters(metered_sidecar)
     info = w2.call("enter", LocalContext(0, batch_id=3), False)
     assert info["delta"] and info["restored_keys"] == 4 and not info["on_demand"]
     assert w2.call("read", ["k1", "k2", "x", "k3", "k4"]) == {"k2": 22, "x": 7, "k3": 33, "k4": 4}
     w2.call("exit")
-    m = moved(before, counters(side))
+    m = moved(before, counters(metered_sidecar))
     assert m["gets"] == 1 and m["found"] == 1  # only k4 was read: the rest came as the delta
     held = w2.call("held")
     assert held["keys"] == ["k2", "k3", "k4", "x"] and held["absent"] == ["k1"]
@@ -183,7 +163,10 @@ def test_a_partial_copy_handed_over_gets_a_delta_and_reads_exactly(
 
 
 def test_a_log_that_no_longer_covers_a_partial_copy_sends_nothing(
-    redis_server: RedisServer, side: SidecarProcess, workers: list[Worker], namespace: str
+    redis_server: RedisServer,
+    metered_sidecar: SidecarProcess,
+    workers: list[Worker],
+    namespace: str,
 ) -> None:
     w1, w2, _ = workers
     w1.block(LocalContext(0, batch_id=0), {"a": 1})
@@ -192,41 +175,41 @@ def test_a_log_that_no_longer_covers_a_partial_copy_sends_nothing(
     w2.call("exit")
     many = {f"n{i}": i for i in range(LOG_MIN + 500)}  # more than the log keeps
     w1.block(LocalContext(0, batch_id=2), {**many, "a": 2})
-    before = counters(side)
+    before = counters(metered_sidecar)
     info = w2.call("enter", LocalContext(0, batch_id=3), False)
     assert info["on_demand"] and not info["restored"]  # the copy was dropped, not patched
     assert w2.call("read", ["a", "n7"]) == {"a": 2, "n7": 7}
     w2.call("exit")
-    m = moved(before, counters(side))
+    m = moved(before, counters(metered_sidecar))
     assert m["not_covered"] == 1 and m["restores"] == 1 and m["found"] == 2
 
 
 def test_a_failed_block_forgets_what_it_read_and_changed(
-    redis_server: RedisServer, side: SidecarProcess, namespace: str
+    redis_server: RedisServer, metered_sidecar: SidecarProcess, namespace: str
 ) -> None:
-    with ts(side, namespace, 0) as s:
+    with ts(metered_sidecar, namespace, 0) as s:
         s.update({"a": {"n": 1}, "b": 1})
     _cache.sessions.clear()
     ctx = LocalContext(0, batch_id=1)
-    with pytest.raises(RuntimeError), ts(side, namespace, 1, ctx) as s:
+    with pytest.raises(RuntimeError), ts(metered_sidecar, namespace, 1, ctx) as s:
         s["a"]["n"] = 99  # in place, in the cached copy
         del s["b"]
         raise RuntimeError("the block fails")
-    with ts(side, namespace, 1, ctx) as s:  # the next block of the same attempt
+    with ts(metered_sidecar, namespace, 1, ctx) as s:  # the next block of the same attempt
         assert s.info.reused_claim and s.info.on_demand
         assert s.get_many(["a", "b"]) == {"a": {"n": 1}, "b": 1}
     assert stored(redis_server, namespace) == {"a": b'{"n":1}', "b": b"1"}
 
 
 def test_eager_loading_is_one_setting_away(
-    side: SidecarProcess, namespace: str, monkeypatch: pytest.MonkeyPatch
+    metered_sidecar: SidecarProcess, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with ts(side, namespace, 0) as s:
+    with ts(metered_sidecar, namespace, 0) as s:
         s.update({f"k{i}": i for i in range(100)})
     _cache.sessions.clear()
     monkeypatch.setenv("TASKSTATE_LOAD", "eager")
-    with ts(side, namespace, 1) as s:
+    with ts(metered_sidecar, namespace, 1) as s:
         assert s.info.restored and not s.info.on_demand and s.info.restored_keys == 100
     monkeypatch.setenv("TASKSTATE_LOAD", "lazy")
     with pytest.raises(ConfigError, match="TASKSTATE_LOAD='lazy' is not one of on-demand, eager"):
-        ts(side, namespace, 2)
+        ts(metered_sidecar, namespace, 2)
