@@ -42,11 +42,10 @@ def _pyspark_jars() -> Path:
     return jars
 
 
-def _java_source() -> Path:
-    src = resources.files("taskstate.spark_plugin").joinpath(
-        "java/io/taskstate/spark/TaskStatePlugin.java"
-    )
-    return Path(str(src))
+def _java_sources() -> list[Path]:
+    """The plugin's classes: the plugin, the sidecar supervisor and the flush barrier."""
+    src = Path(str(resources.files("taskstate.spark_plugin").joinpath("java/io/taskstate/spark")))
+    return sorted(src.glob("*.java"))
 
 
 def build_jar(out_dir: Path) -> Path:
@@ -67,7 +66,7 @@ def build_jar(out_dir: Path) -> Path:
             f"{_pyspark_jars()}/*",
             "-d",
             tmp,
-            str(_java_source()),
+            *map(str, _java_sources()),
         ]
         r = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
         if r.returncode != 0:
