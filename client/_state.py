@@ -29,13 +29,14 @@ from taskstate.proto import taskstate_pb2 as pb
 from ._cache import remember, sessions
 from ._changes import MISSING, REENCODE, SCALARS, Changes, is_mutable
 from ._codec import CODECS, JsonCodec
+from ._commit import send
 from ._config import TaskStateConfig
 from ._context import current_context, identity
-from ._errors import ConfigError, LimitError, TaskStateError
+from ._errors import ConfigError, TaskStateError
 from ._reads import MISS_FRACTION, MISS_MIN, Reads
-from ._session import DURABILITY, Claims, OpenInfo, Session, writer_of
+from ._session import Claims, OpenInfo, Session, writer_of
 from ._transport import GrpcTransport
-from ._wire import ENTRY_OVERHEAD, REQUEST_HEADROOM, pieces
+from ._wire import REQUEST_HEADROOM
 
 
 class Phase(enum.Enum):
@@ -263,47 +264,18 @@ class TaskState(MutableMapping[str, Any]):
         pos = None
         if position is not MISSING:
             pos = self._codec.encode(self.task_id, "<position>", position)
-        c = self.config
-        budget = c.max_message_bytes - REQUEST_HEADROOM
-        parts = pieces(self.task_id, upserts, deletes, budget, session.packed)
-        if len(parts) > 1 and self._ident.batch is None:
-            total = sum(len(k) + len(v) + ENTRY_OVERHEAD for k, v in upserts)
-            raise LimitError(
-                f"task {self.task_id}: this commit is {total} bytes, over the message limit of "
-                f"{c.max_message_bytes} bytes (TASKSTATE_MAX_MESSAGE_BYTES). Nothing was "
-                "sent. Commit more often with s.commit(position=...), or raise "
-                "TASKSTATE_MAX_MESSAGE_BYTES and the sidecar's --max-message-bytes together.",
-                self.task_id,
-            )
-        writer = self._writer()
-        durability = DURABILITY[(c.durability.replicas > 0, c.durability.fsynced)]
-        try:
-            # In a micro-batch, pieces of a large change set are safe: a replay of the batch
-            # rolls back every commit of that batch.
-            for i, piece in enumerate(parts):
-                last = i == len(parts) - 1
-                req = pb.CommitRequest(
-                    task=self._pb_task(),
-                    epoch=session.epoch,
-                    durability=durability,
-                    replicas=c.durability.replicas,
-                    writer=writer,
-                    **piece,
-                )
-                if self._ident.batch is not None:
-                    req.batch = self._ident.batch
-                if pos is not None and last:
-                    req.position = pos
-                    req.has_position = True
-                r = self._transport.commit(req, self.task_id)
-                # Another process serving this attempt may have committed since this one
-                # last knew the version: then the cached data lacks its changes, and must
-                # not pass for the new version (the next Open restores instead).
-                stale = r.base_version and r.base_version != session.version
-                session.version = "" if stale or not session.version else r.version
-        except BaseException:
-            session.data = None  # what Redis holds is no longer known here: restore next time
-            raise
+        send(
+            self._transport,
+            self.config,
+            self.task_id,
+            self._pb_task(),
+            self._writer(),
+            self._ident.batch,
+            session,
+            upserts,
+            deletes,
+            pos,
+        )
         if pos is not None:
             session.position = pos
         if not session.entry_bytes and upserts:  # the state's first sizes: from this commit
