@@ -76,8 +76,8 @@ def remember(task_id: str, session: Session, limit_tasks: int, limit_bytes: int)
         for s in list(sessions.values()):  # least recently used first
             if total <= limit_bytes:
                 break
-            if s is session or s.active or s.data is None:
-                continue
+            if s is session or s.active or s.data is None or s.deferred:
+                continue  # (a deferred copy carries held writes to its attempt's next block)
             total -= size_of(s)
             s.data = None
         own = size_of(session)

@@ -95,6 +95,11 @@ class TaskIdentity:
     attempt: int
     attempt_id: str  # SCOPE:N, the same in every process serving the attempt
 
+    @property
+    def task_attempt(self) -> int:
+        """N of SCOPE:N: Spark's task attempt id, unique within an executor's application."""
+        return int(self.attempt_id.rpartition(":")[2])
+
     def property(self, ctx: Any, key: str) -> str | None:
         """A local property of the context."""
         value = ctx.getLocalProperty(key)

@@ -74,6 +74,11 @@ class Session:
     complete: bool = True
     absent: set[str] = field(default_factory=set)
     misses: int = 0  # single-key reads since the session started reading on demand
+    # the sidecar runs beside the executor plugin's flush barrier (`_buffer.py`)
+    flush_barrier: bool = False
+    blocks: int = 0  # blocks of this attempt that ended in this process
+    # `data` holds changes of this attempt that are held for the flush, not committed
+    deferred: bool = False
 
 
 class Claims:
@@ -138,7 +143,10 @@ class Claims:
         if self.ident.batch is not None:
             req.batch = self.ident.batch
         r = self.transport.open(req, self.task_id)
-        held = prior.data if c.mode == "mirror" and prior is not None else None
+        # a copy with another attempt's held changes in it (never flushed) is not the
+        # committed state, whatever its version says
+        mirror = c.mode == "mirror"
+        held = prior.data if mirror and prior is not None and not prior.deferred else None
         reuse = held is not None and prior is not None and prior.version == r.version
         session = Session(
             attempt_id=self.ident.attempt_id,
@@ -160,6 +168,7 @@ class Claims:
             packed=r.packed_commits,
             entry_bytes=prior.entry_bytes if prior is not None else 0.0,
             packed_gets=r.packed_gets,
+            flush_barrier=r.flush_barrier,
         )
         if reuse and prior is not None:
             session.complete, session.absent, session.misses = (

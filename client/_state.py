@@ -18,6 +18,7 @@ process that already holds the committed version skips Restore.
 from __future__ import annotations
 
 import enum
+import functools
 import os
 from collections.abc import Iterable, Iterator, MutableMapping
 from typing import Any, Literal
@@ -26,6 +27,7 @@ import orjson
 
 from taskstate.proto import taskstate_pb2 as pb
 
+from ._buffer import buffer
 from ._cache import remember, sessions
 from ._changes import MISSING, REENCODE, SCALARS, Changes, is_mutable
 from ._codec import CODECS, JsonCodec
@@ -227,7 +229,8 @@ class TaskState(MutableMapping[str, Any]):
             return False
         try:
             if exc_type is None and self.phase is Phase.OPEN:
-                self.commit()
+                if not self._defer(session):
+                    self.commit()
                 self.phase = Phase.CLOSED
             else:
                 self._discard(session)
@@ -236,7 +239,50 @@ class TaskState(MutableMapping[str, Any]):
             raise
         finally:
             session.active = False
+            session.blocks += 1
         return False
+
+    def _defer(self, session: Session) -> bool:
+        """Hold this block's changes for the executor plugin's flush (`_buffer.py`).
+
+        Only where it pays and changes nothing a job can see: a later block of a
+        micro-batch attempt in this process (the groups of applyInPandasWithState after
+        the first), in mirror mode (the session's copy carries the held writes to the
+        attempt's next blocks), beside a sidecar with the plugin's flush barrier. A task
+        with one block (mapInPandas, foreachPartition) always commits at its exit.
+        """
+        if not (
+            session.flush_barrier
+            and session.blocks > 0
+            and self._ident.batch is not None
+            and self.config.mode == "mirror"
+            and session.data is not None
+        ):
+            return False
+        upserts, deletes = self._changes.collect(self._data)
+        sender = functools.partial(
+            send,
+            self._transport,
+            self.config,
+            self.task_id,
+            self._pb_task(),
+            self._writer(),
+            self._ident.batch,
+        )
+        if not buffer.hold(
+            self._ident.task_attempt,
+            self.task_id,
+            session,
+            upserts,
+            deletes,
+            sender,
+            self._transport,
+        ):
+            return False
+        if not session.entry_bytes and upserts:
+            session.entry_bytes = sum(len(k) + len(v) for k, v in upserts) / len(upserts)
+        self._changes.clear()
+        return True
 
     def _discard(self, session: Session) -> None:
         """Forget uncommitted changes.
@@ -245,6 +291,8 @@ class TaskState(MutableMapping[str, Any]):
         attempt restores the committed state again.
         """
         self.phase = Phase.FAILED
+        if session.deferred:  # earlier blocks' held changes: commit them before the copy goes
+            buffer.commit_task(self._ident.task_attempt, self.task_id)
         session.data = None
         session.absent = set()
         self._data = {}

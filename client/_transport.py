@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import grpc
@@ -202,6 +202,13 @@ class GrpcTransport:
             task, lambda: self.stub.Commit(req, timeout=self.timeout_s, wait_for_ready=True)
         )
         return r
+
+    def attach(self, requests: Iterator[pb.AttachMessage]) -> Iterator[pb.AttachOrder]:
+        """The Attach stream (no deadline, no retry: `_buffer.Attachment` handles its end)."""
+        try:
+            yield from self.stub.Attach(requests, wait_for_ready=True)
+        except grpc.RpcError as exc:
+            raise translate(exc, None, self.target) from None
 
     def multi_get(self, req: pb.GetRequest, task: str) -> pb.GetResponse:
         """Read keys (remote mode)."""

@@ -61,7 +61,7 @@ class OpenRequest(_message.Message):
     def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., batch: _Optional[int] = ..., writer: _Optional[_Union[Writer, _Mapping]] = ..., codec: _Optional[str] = ..., durability: _Optional[_Union[Durability, str]] = ..., replicas: _Optional[int] = ..., attempt_id: _Optional[str] = ...) -> None: ...
 
 class OpenResponse(_message.Message):
-    __slots__ = ("epoch", "committed_batch", "position", "has_position", "size", "version", "rolled_back", "rolled_back_keys", "packed_commits", "reused_claim", "packed_gets")
+    __slots__ = ("epoch", "committed_batch", "position", "has_position", "size", "version", "rolled_back", "rolled_back_keys", "packed_commits", "reused_claim", "packed_gets", "flush_barrier")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_BATCH_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
@@ -73,6 +73,7 @@ class OpenResponse(_message.Message):
     PACKED_COMMITS_FIELD_NUMBER: _ClassVar[int]
     REUSED_CLAIM_FIELD_NUMBER: _ClassVar[int]
     PACKED_GETS_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_BARRIER_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     committed_batch: int
     position: bytes
@@ -84,7 +85,8 @@ class OpenResponse(_message.Message):
     packed_commits: bool
     reused_claim: bool
     packed_gets: bool
-    def __init__(self, epoch: _Optional[int] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., rolled_back: _Optional[bool] = ..., rolled_back_keys: _Optional[int] = ..., packed_commits: _Optional[bool] = ..., reused_claim: _Optional[bool] = ..., packed_gets: _Optional[bool] = ...) -> None: ...
+    flush_barrier: bool
+    def __init__(self, epoch: _Optional[int] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., rolled_back: _Optional[bool] = ..., rolled_back_keys: _Optional[int] = ..., packed_commits: _Optional[bool] = ..., reused_claim: _Optional[bool] = ..., packed_gets: _Optional[bool] = ..., flush_barrier: _Optional[bool] = ...) -> None: ...
 
 class RestoreRequest(_message.Message):
     __slots__ = ("task", "epoch", "max_fields", "packed", "since_version", "delta_only")
@@ -351,3 +353,61 @@ class DoctorResponse(_message.Message):
     servers: _containers.RepeatedCompositeFieldContainer[ServerReport]
     checks: _containers.RepeatedCompositeFieldContainer[Check]
     def __init__(self, topology: _Optional[str] = ..., redis_url: _Optional[str] = ..., servers: _Optional[_Iterable[_Union[ServerReport, _Mapping]]] = ..., checks: _Optional[_Iterable[_Union[Check, _Mapping]]] = ...) -> None: ...
+
+class AttachMessage(_message.Message):
+    __slots__ = ("hello", "defer", "flushed")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    DEFER_FIELD_NUMBER: _ClassVar[int]
+    FLUSHED_FIELD_NUMBER: _ClassVar[int]
+    hello: AttachHello
+    defer: DeferRequest
+    flushed: FlushResult
+    def __init__(self, hello: _Optional[_Union[AttachHello, _Mapping]] = ..., defer: _Optional[_Union[DeferRequest, _Mapping]] = ..., flushed: _Optional[_Union[FlushResult, _Mapping]] = ...) -> None: ...
+
+class AttachHello(_message.Message):
+    __slots__ = ("pid",)
+    PID_FIELD_NUMBER: _ClassVar[int]
+    pid: int
+    def __init__(self, pid: _Optional[int] = ...) -> None: ...
+
+class DeferRequest(_message.Message):
+    __slots__ = ("request_id", "task_attempt")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    task_attempt: int
+    def __init__(self, request_id: _Optional[int] = ..., task_attempt: _Optional[int] = ...) -> None: ...
+
+class FlushResult(_message.Message):
+    __slots__ = ("task_attempt", "ok", "error", "keys")
+    TASK_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    task_attempt: int
+    ok: bool
+    error: str
+    keys: int
+    def __init__(self, task_attempt: _Optional[int] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ..., keys: _Optional[int] = ...) -> None: ...
+
+class AttachOrder(_message.Message):
+    __slots__ = ("kind", "task_attempt", "request_id", "worker")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        ATTACHED: _ClassVar[AttachOrder.Kind]
+        DEFERRED: _ClassVar[AttachOrder.Kind]
+        FLUSH: _ClassVar[AttachOrder.Kind]
+        DISCARD: _ClassVar[AttachOrder.Kind]
+    ATTACHED: AttachOrder.Kind
+    DEFERRED: AttachOrder.Kind
+    FLUSH: AttachOrder.Kind
+    DISCARD: AttachOrder.Kind
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    TASK_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKER_FIELD_NUMBER: _ClassVar[int]
+    kind: AttachOrder.Kind
+    task_attempt: int
+    request_id: int
+    worker: str
+    def __init__(self, kind: _Optional[_Union[AttachOrder.Kind, str]] = ..., task_attempt: _Optional[int] = ..., request_id: _Optional[int] = ..., worker: _Optional[str] = ...) -> None: ...

@@ -89,6 +89,11 @@ class TaskStateServiceStub:
                 request_serializer=taskstate_dot_proto_dot_taskstate__pb2.DoctorRequest.SerializeToString,
                 response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.DoctorResponse.FromString,
                 _registered_method=True)
+        self.Attach = channel.stream_stream(
+                '/taskstate.v1.TaskStateService/Attach',
+                request_serializer=taskstate_dot_proto_dot_taskstate__pb2.AttachMessage.SerializeToString,
+                response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.AttachOrder.FromString,
+                _registered_method=True)
 
 
 class TaskStateServiceServicer:
@@ -168,6 +173,13 @@ class TaskStateServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Attach(self, request_iterator, context):
+        """A worker's deferred group commits (see AttachMessage).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TaskStateServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -225,6 +237,11 @@ def add_TaskStateServiceServicer_to_server(servicer, server):
                     servicer.Doctor,
                     request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.DoctorRequest.FromString,
                     response_serializer=taskstate_dot_proto_dot_taskstate__pb2.DoctorResponse.SerializeToString,
+            ),
+            'Attach': grpc.stream_stream_rpc_method_handler(
+                    servicer.Attach,
+                    request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.AttachMessage.FromString,
+                    response_serializer=taskstate_dot_proto_dot_taskstate__pb2.AttachOrder.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -524,6 +541,33 @@ class TaskStateService:
             '/taskstate.v1.TaskStateService/Doctor',
             taskstate_dot_proto_dot_taskstate__pb2.DoctorRequest.SerializeToString,
             taskstate_dot_proto_dot_taskstate__pb2.DoctorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Attach(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/taskstate.v1.TaskStateService/Attach',
+            taskstate_dot_proto_dot_taskstate__pb2.AttachMessage.SerializeToString,
+            taskstate_dot_proto_dot_taskstate__pb2.AttachOrder.FromString,
             options,
             channel_credentials,
             insecure,

@@ -88,6 +88,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="exit (draining) when this process, normally the executor JVM, is gone",
     )
     p.add_argument(
+        "--barrier",
+        metavar="PATH",
+        default=None,
+        help="Unix socket of the executor plugin's flush barrier (set by the plugin): the "
+        "later group blocks of a micro-batch attempt commit once, when the plugin asks, "
+        "instead of one by one (default: off)",
+    )
+    p.add_argument(
+        "--flush-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="how long a flush may wait for the workers' commits before it fails and the "
+        "plugin stops the executor (default 120)",
+    )
+    p.add_argument(
         "--metrics-port",
         type=int,
         default=None,
@@ -194,6 +210,8 @@ def from_args(ns: argparse.Namespace) -> SidecarConfig:
         durability_timeout_ms=ns.durability_timeout_ms,
         log_level=ns.log_level,
         parent_pid=ns.parent_pid,
+        barrier=ns.barrier,
+        flush_timeout_s=ns.flush_timeout,
         metrics_port=ns.metrics_port,
         metrics_host=ns.metrics_host,
         socket_mode=ns.socket_mode,

@@ -109,6 +109,25 @@ RESTORE_SECONDS = Histogram(
     buckets=_LATENCY,
     registry=REGISTRY,
 )
+FLUSHES = Counter(
+    "taskstate_flushes",
+    "Flushes of deferred group commits asked for by the executor plugin, by outcome "
+    "(failed: the plugin stopped the executor before the task could be reported done).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+FLUSH_SECONDS = Histogram(
+    "taskstate_flush_seconds",
+    "Time of one flush: the FLUSH order to every worker holding the attempt's changes, "
+    "their commits, and their answers.",
+    buckets=_LATENCY,
+    registry=REGISTRY,
+)
+DEFERRED_ATTEMPTS = Gauge(
+    "taskstate_deferred_attempts",
+    "Task attempts whose group changes are held in Python workers, waiting for the flush.",
+    registry=REGISTRY,
+)
 REDIS_RETRIES = Counter(
     "taskstate_redis_retries",
     "Redis calls retried after an error that is safe to retry, by operation.",

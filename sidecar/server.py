@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 
 from . import metrics
 from .auth import Authorizer
+from .flush import DEFAULT_FLUSH_TIMEOUT_S, BarrierServer, FlushCoordinator
 from .retry import RetryPolicy, is_permanent_connection_error
 from .service import SERVICE_NAME, Limits, TaskStateServicer, add_to_server
 from .storage.base import Storage
@@ -67,6 +68,10 @@ class SidecarConfig:
     max_streams_per_connection: int = 100
     # Tokens (from --tokens-file or $TASKSTATE_TOKENS); None: no tokens.
     auth: Authorizer | None = None
+    # The executor plugin's flush barrier (a Unix socket path); None: group blocks commit
+    # one by one, as without the plugin.
+    barrier: str | None = None
+    flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S
 
     def __repr__(self) -> str:
         return f"SidecarConfig(redis_url={redact(self.redis_url)!r}, listen={self.listen!r})"
@@ -123,6 +128,11 @@ class Sidecar:
             ("grpc.max_concurrent_streams", config.max_streams_per_connection),
         ]
         self.server = aio.server(options=opts)
+        self.flush: FlushCoordinator | None = None
+        self.barrier: BarrierServer | None = None
+        if config.barrier:
+            self.flush = FlushCoordinator(config.flush_timeout_s)
+            self.barrier = BarrierServer(self.flush, Path(config.barrier))
         add_to_server(
             TaskStateServicer(
                 self.storage,
@@ -135,6 +145,7 @@ class Sidecar:
                 ),
                 redact(config.redis_url),
                 config.auth,
+                self.flush,
             ),
             self.server,
         )
@@ -239,6 +250,8 @@ class Sidecar:
                 self.addresses.append(f"tcp://{host}:{port}")
             else:
                 self.addresses.append(spec)
+        if self.barrier is not None:
+            await self.barrier.start()
         await self.server.start()
         await self._set_health(reachable)
         self._health_task = asyncio.create_task(self._watch_health())
@@ -282,6 +295,8 @@ class Sidecar:
         if self._health_task is not None:
             self._health_task.cancel()
         await self.health.enter_graceful_shutdown()
+        if self.barrier is not None:  # a flush asked for now fails: the executor is stopping
+            await self.barrier.stop()
         await self.server.stop(self.config.drain_seconds)
         await self.storage.close()
         for path in self._sockets:

@@ -25,6 +25,7 @@ from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 from . import metrics
 from .auth import Authorizer, Grant, visible
 from .errors import SidecarError
+from .flush import FlushCoordinator
 from .logs import REQUEST
 from .restore import DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS, entries_chunk, pieces, stream_restore
 from .storage.base import Durability, Storage, TaskKey, TaskMeta
@@ -260,6 +261,7 @@ _VERBS = {
     "Read": "read",
     "Import": "import into",
     "Doctor": "diagnose",
+    "Attach": "defer commits to",
 }
 
 
@@ -281,8 +283,10 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
         limits: Limits | None = None,
         redis_url: str = "",
         auth: Authorizer | None = None,
+        flush: FlushCoordinator | None = None,
     ) -> None:
         self.storage = storage
+        self.flush = flush  # None: no executor plugin barrier, every commit is synchronous
         self.limits = limits or Limits()
         self.redis_url = redis_url  # redacted, for Doctor
         self.auth = auth  # None: no tokens (the socket's permissions are the gate)
@@ -420,6 +424,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                 packed_commits=True,
                 reused_claim=r.reused_claim,
                 packed_gets=True,
+                flush_barrier=self.flush is not None,
             )
 
         return await self._guard(context, "Open", run, request)
@@ -618,6 +623,27 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
 
         return await self._guard(context, "Import", run, request)
 
+    async def Attach(  # noqa: D102
+        self,
+        requests: AsyncIterator[pb.AttachMessage],
+        context: aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[pb.AttachOrder]:
+        # not counted against --max-in-flight: one long-lived stream per worker process;
+        # any valid token may attach (the flush itself commits through Commit, per task)
+        with _observed("Attach", None) as outcome:
+            try:
+                if self.flush is None:
+                    raise SidecarError(
+                        codes.CONFIG,
+                        "Attach: this sidecar has no flush barrier (it runs without the "
+                        "executor plugin); commit each block instead.",
+                    )
+                self._authorize(context, "Attach", None)
+                async for order in self.flush.attach(requests):
+                    yield order
+            except Exception as exc:
+                await self._refuse(context, "Attach", None, outcome, exc)
+
     async def Doctor(  # noqa: D102
         self, request: pb.DoctorRequest, context: aio.ServicerContext[Any, Any]
     ) -> pb.DoctorResponse:
@@ -714,6 +740,13 @@ def add_to_server(servicer: TaskStateServicer, server: aio.Server) -> None:
 
     handlers = {}
     for m in _SERVICE.methods:
+        if m.client_streaming:  # Attach: a bidirectional stream of small control messages
+            handlers[m.name] = grpc.stream_stream_rpc_method_handler(
+                getattr(servicer, m.name),
+                request_deserializer=getattr(pb, m.input_type.name).FromString,
+                response_serializer=getattr(pb, m.output_type.name).SerializeToString,
+            )
+            continue
         make = (
             grpc.unary_stream_rpc_method_handler
             if m.server_streaming

@@ -19,6 +19,7 @@ from taskstate.client import LocalContext
 
 def _serve(conn: Connection, sidecar: str, namespace: str) -> None:
     from taskstate.client import TaskState, TaskStateError, _cache
+    from taskstate.client._buffer import buffer
 
     state: Any = None
     while True:
@@ -58,6 +59,15 @@ def _serve(conn: Connection, sidecar: str, namespace: str) -> None:
                 for key in args[0]:
                     del state[key]
                 reply = None
+            elif cmd == "groups":  # one block per group, as applyInPandasWithState runs them
+                ctx, groups = args
+                for key, value in groups.items():
+                    with TaskState(ctx, component="c", namespace=namespace, sidecar=sidecar) as s:
+                        if value is None:
+                            s.pop(key, None)
+                        else:
+                            s[key] = (s.get(key) or 0) + value
+                reply = buffer.holds(ctx.taskAttemptId())
             elif cmd == "exit":
                 state.__exit__(None, None, None)
                 reply = _cache.sessions[state.task_id].version
@@ -105,7 +115,8 @@ class Worker:
     def close(self) -> None:
         """Stop the process."""
         try:
-            self.call("stop")
+            if self.process.is_alive():  # a test may have killed it
+                self.call("stop")
         finally:
             self.process.join(10)
             if self.process.is_alive():

@@ -16,6 +16,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 
 import org.apache.spark.SparkConf;
+import org.apache.spark.TaskFailedReason;
 import org.apache.spark.api.plugin.ExecutorPlugin;
 import org.apache.spark.api.plugin.PluginContext;
 import org.slf4j.Logger;
@@ -34,6 +35,8 @@ public final class SidecarSupervisor implements ExecutorPlugin {
   private Path logFile;
   private long startTimeoutSeconds;
   private String pythonPath;
+  private volatile long generation = 0; // sidecars started so far (the flush barrier checks it)
+  private FlushBarrier barrier; // null: spark.taskstate.flushBarrier=false
 
   static String setting(SparkConf conf, String key, String env, String fallback) {
     if (conf.contains(key)) {
@@ -64,6 +67,14 @@ public final class SidecarSupervisor implements ExecutorPlugin {
     Collections.addAll(command, python, "-m", "taskstate.sidecar", "--listen",
         "unix://" + socket.toAbsolutePath(), "--parent-pid", Long.toString(pid));
     pythonPath = pyFilesPath(conf.get("spark.submit.pyFiles", ""));
+    if (Boolean.parseBoolean(conf.get("spark.taskstate.flushBarrier", "true"))) {
+      long flushTimeout = Long.parseLong(conf.get("spark.taskstate.flushTimeoutSeconds", "120"));
+      Path barrierSocket = runDir.resolve("jvm-" + pid + ".barrier.sock");
+      Collections.addAll(command, "--barrier", barrierSocket.toAbsolutePath().toString(),
+          "--flush-timeout", Long.toString(flushTimeout));
+      // the sidecar gives up on a worker after flushTimeout; the plugin waits a little more
+      barrier = new FlushBarrier(barrierSocket, (flushTimeout + 30) * 1000L, () -> generation);
+    }
     String extra = conf.get("spark.taskstate.sidecar.extraArgs", "").trim();
     if (!extra.isEmpty()) {
       Collections.addAll(command, extra.split("\\s+"));
@@ -137,6 +148,7 @@ public final class SidecarSupervisor implements ExecutorPlugin {
           + startTimeoutSeconds + " s");
     }
     process = p;
+    generation++;
   }
 
   private void supervise() {
@@ -158,6 +170,27 @@ public final class SidecarSupervisor implements ExecutorPlugin {
         LOG.error("taskstate sidecar restart failed: {}", e.getMessage());
         backoffMs = Math.min(backoffMs * 2, 10_000);
       }
+    }
+  }
+
+  @Override
+  public void onTaskStart() {
+    if (barrier != null) {
+      barrier.onTaskStart();
+    }
+  }
+
+  @Override
+  public void onTaskSucceeded() {
+    if (barrier != null) {
+      barrier.onTaskSucceeded();
+    }
+  }
+
+  @Override
+  public void onTaskFailed(TaskFailedReason reason) {
+    if (barrier != null) {
+      barrier.onTaskFailed();
     }
   }
 

@@ -1,0 +1,237 @@
+"""Group change sets held in this worker until the executor plugin's flush.
+
+Beside the executor plugin (the sidecar says so at Open: `flush_barrier`), the blocks of
+a micro-batch attempt after its first one in this process (one block per group in
+applyInPandasWithState) do not commit: their changes are merged here, per attempt and
+task, and the block returns at once. The sidecar asks for them (a FLUSH order on this
+process's Attach stream) when the plugin's `onTaskSucceeded` runs, just before Spark
+learns that the task succeeded; they are committed then, through the ordinary Commit
+RPC, under the attempt's epoch. See sidecar/flush.py for the whole protocol.
+
+What a block sees is unchanged: the session's data holds every earlier block's writes
+(mirror mode), so a later group of the attempt reads them. What another attempt sees is
+unchanged too: nothing held is visible in Redis before the flush, and an attempt that
+fails never flushes (its retry rolls the batch back anyway).
+
+The first deferral of an attempt in this process waits for the sidecar to record it
+(one round trip), so the registration is in place before the task can end. When no
+registration is possible (no Attach stream, the stream broke), the block commits
+synchronously, with everything held for its task.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from taskstate.proto import taskstate_pb2 as pb
+
+from ._errors import TaskStateError
+from ._session import Session
+from ._transport import GrpcTransport
+
+log = logging.getLogger("taskstate.client")
+
+Sender = Callable[[Session, list[tuple[str, bytes]], list[str]], None]
+Order = pb.AttachOrder
+
+
+@dataclass
+class Held:
+    """One task's changes, left by the blocks of one attempt in this process."""
+
+    session: Session
+    send: Sender  # client/_commit.send with the task's transport and names bound
+    upserts: dict[str, bytes] = field(default_factory=dict)
+    deletes: set[str] = field(default_factory=set)
+
+    def merge(self, upserts: list[tuple[str, bytes]], deletes: list[str]) -> None:
+        """A later block's changes win over an earlier one's."""
+        for key, value in upserts:
+            self.upserts[key] = value
+            self.deletes.discard(key)
+        for key in deletes:
+            self.upserts.pop(key, None)
+            self.deletes.add(key)
+
+    def commit(self) -> int:
+        """Commit what is held; returns the number of keys."""
+        upserts, deletes = list(self.upserts.items()), list(self.deletes)
+        if upserts or deletes:
+            self.send(self.session, upserts, deletes)
+        self.session.deferred = False
+        return len(upserts) + len(deletes)
+
+
+class Attachment:
+    """This process's Attach stream to one sidecar, served by a daemon thread."""
+
+    def __init__(self, transport: GrpcTransport, buffer: Buffer) -> None:
+        self.transport = transport
+        self.buffer = buffer
+        self.pid = os.getpid()
+        self.worker = ""
+        self.broken = False
+        self._out: queue.Queue[pb.AttachMessage | None] = queue.Queue()
+        self._ids = itertools.count(1)
+        self._acks: dict[int, threading.Event] = {}
+        self._attached = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="taskstate-attach", daemon=True)
+        self._thread.start()
+
+    def _requests(self) -> Iterator[pb.AttachMessage]:
+        yield pb.AttachMessage(hello=pb.AttachHello(pid=self.pid))
+        while (msg := self._out.get()) is not None:
+            yield msg
+
+    def _run(self) -> None:
+        try:
+            for order in self.transport.attach(self._requests()):
+                if order.kind == Order.ATTACHED:
+                    self.worker = order.worker
+                    self._attached.set()
+                elif order.kind == Order.DEFERRED:
+                    ack = self._acks.pop(order.request_id, None)
+                    if ack is not None:
+                        ack.set()
+                elif order.kind == Order.FLUSH:
+                    self._out.put(self.buffer.flush(order.task_attempt))
+                elif order.kind == Order.DISCARD:
+                    self.buffer.discard(order.task_attempt)
+        except Exception as exc:  # the stream ended: the sidecar went away or refused it
+            log.warning("taskstate: the Attach stream to %s ended: %s", self.transport.target, exc)
+        finally:
+            self.broken = True
+            self._attached.set()
+            for ack in list(self._acks.values()):
+                ack.set()
+
+    def register(self, attempt: int, timeout_s: float) -> bool:
+        """Have the sidecar record that this process holds changes of `attempt`."""
+        if not self._attached.wait(timeout_s) or self.broken:
+            return False
+        request_id = next(self._ids)
+        ack = threading.Event()
+        self._acks[request_id] = ack
+        self._out.put(
+            pb.AttachMessage(defer=pb.DeferRequest(request_id=request_id, task_attempt=attempt))
+        )
+        return ack.wait(timeout_s) and not self.broken
+
+
+@dataclass
+class _Attempt:
+    """What this process holds for one task attempt, and the stream it is registered on."""
+
+    attachment: Attachment
+    tasks: dict[str, Held] = field(default_factory=dict)
+
+
+class Buffer:
+    """The held change sets of this process, by task attempt, then task."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[int, _Attempt] = {}
+        self._attachments: dict[str, Attachment] = {}
+        self._pid = os.getpid()
+
+    def _attachment(self, transport: GrpcTransport) -> Attachment:
+        with self._lock:
+            if os.getpid() != self._pid:  # a forked child: the parent's stream is not ours
+                self._attachments.clear()
+                self._held.clear()
+                self._pid = os.getpid()
+            a = self._attachments.get(transport.target)
+            if a is None or a.broken:
+                a = self._attachments[transport.target] = Attachment(transport, self)
+            return a
+
+    def hold(
+        self,
+        attempt: int,
+        task_id: str,
+        session: Session,
+        upserts: list[tuple[str, bytes]],
+        deletes: list[str],
+        send: Sender,
+        transport: GrpcTransport,
+    ) -> bool:
+        """Hold one block's changes until the flush; False: the caller commits them now.
+
+        On False, whatever this process held for the task in this attempt has been
+        committed already (the sidecar could not be told, or no longer knows, that this
+        process holds changes of the attempt).
+        """
+        with self._lock:
+            entry = self._held.get(attempt)
+        if entry is None:
+            a = self._attachment(transport)
+            if not a.register(attempt, transport.timeout_s):
+                return False
+            with self._lock:
+                entry = self._held.setdefault(attempt, _Attempt(a))
+        elif entry.attachment.broken:
+            self.commit_task(attempt, task_id)
+            return False
+        with self._lock:
+            held = entry.tasks.get(task_id)
+            if held is None:
+                held = entry.tasks[task_id] = Held(session, send)
+            held.merge(upserts, deletes)
+            session.deferred = True
+        return True
+
+    def commit_task(self, attempt: int, task_id: str) -> None:
+        """Commit what is held for one task of `attempt` now."""
+        with self._lock:
+            entry = self._held.get(attempt)
+            held = entry.tasks.get(task_id) if entry is not None else None
+        if held is None:
+            return
+        held.commit()
+        with self._lock:
+            if entry is not None:
+                entry.tasks.pop(task_id, None)
+
+    def flush(self, attempt: int) -> pb.AttachMessage:
+        """The answer to a FLUSH order: commit everything held for `attempt`."""
+        with self._lock:
+            entry = self._held.pop(attempt, None)
+        keys = 0
+        try:
+            for held in entry.tasks.values() if entry is not None else ():
+                keys += held.commit()
+        except TaskStateError as exc:
+            return _result(attempt, False, f"{exc.code}: {exc}", keys)
+        except Exception as exc:  # never leave the sidecar waiting without an answer
+            return _result(attempt, False, f"{type(exc).__name__}: {exc}", keys)
+        return _result(attempt, True, "", keys)
+
+    def discard(self, attempt: int) -> None:
+        """The attempt failed: forget its changes, and the copies they were merged into."""
+        with self._lock:
+            entry = self._held.pop(attempt, None)
+        for held in entry.tasks.values() if entry is not None else ():
+            held.session.data = None
+            held.session.deferred = False
+
+    def holds(self, attempt: int) -> bool:
+        """Whether this process holds changes of `attempt` (tests, diagnostics)."""
+        with self._lock:
+            entry = self._held.get(attempt)
+            return entry is not None and bool(entry.tasks)
+
+
+def _result(attempt: int, ok: bool, error: str, keys: int) -> pb.AttachMessage:
+    return pb.AttachMessage(
+        flushed=pb.FlushResult(task_attempt=attempt, ok=ok, error=error[:2000], keys=keys)
+    )
+
+
+buffer = Buffer()

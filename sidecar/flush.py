@@ -1,0 +1,245 @@
+"""Deferred group commits: the workers' Attach streams and the executor plugin's barrier.
+
+applyInPandasWithState runs one `with TaskState` block per group. Beside the executor
+plugin, the blocks after an attempt's first keep their changes in the Python worker
+(client/_buffer.py) instead of committing each group. The changes become durable once,
+in the plugin's `onTaskSucceeded`, which Spark calls on the task thread just before it
+sends the task's FINISHED status:
+
+1. A worker attaches once (`Attach` stream, AttachHello -> ATTACHED with its id).
+2. The first block it defers for task attempt N registers N on the stream
+   (DeferRequest -> DEFERRED). The block returns only after that answer, so the
+   registration is here before the worker's output can reach the JVM and the task end.
+3. The plugin connects to the barrier socket and writes `FLUSH N`. Every worker that
+   registered N gets a FLUSH order, commits N's changes through the ordinary Commit RPC
+   (fenced by its epoch, durable as the job asked) and answers with a FlushResult.
+4. The barrier answers `OK <keys>` when every one of them committed, else `FAIL
+   <reason>`: the plugin then stops the executor before FINISHED can be sent (fail-stop),
+   Spark runs the task again and the retry rolls the batch back. A worker whose stream
+   ended before its flush (killed) makes its attempts fail the same way.
+5. `DISCARD N` (onTaskFailed) tells the workers to drop N's changes.
+
+The barrier is a line protocol on a Unix socket, so that the plugin needs nothing but the
+JDK; the socket sits beside the gRPC one, owner-only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from taskstate.proto import taskstate_pb2 as pb
+
+from . import metrics
+
+log = logging.getLogger("taskstate.sidecar.flush")
+
+Order = pb.AttachOrder
+
+DEFAULT_FLUSH_TIMEOUT_S = 120.0
+
+
+@dataclass(eq=False)
+class _Link:
+    """One worker's Attach stream."""
+
+    worker: str
+    orders: asyncio.Queue[pb.AttachOrder | None] = field(default_factory=asyncio.Queue)
+    pid: int = 0
+    attempts: set[int] = field(default_factory=set)
+    waiting: dict[int, asyncio.Future[pb.FlushResult]] = field(default_factory=dict)
+    gone: bool = False
+
+
+class FlushCoordinator:
+    """Which workers hold changes of which task attempt, and the flush that collects them."""
+
+    def __init__(self, timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S) -> None:
+        self.timeout_s = timeout_s
+        self._ids = itertools.count(1)
+        self._links: dict[str, _Link] = {}
+        self._deferred: dict[int, set[str]] = {}  # task attempt -> worker ids
+        self._lost: dict[int, str] = {}  # task attempt -> why its changes cannot be flushed
+
+    # -- the workers' side ---------------------------------------------------------
+
+    async def attach(self, requests: AsyncIterator[pb.AttachMessage]) -> AsyncIterator[Order]:
+        """Serve one worker's Attach stream until it ends."""
+        link = _Link(worker=f"w{os.getpid()}-{next(self._ids)}")
+        self._links[link.worker] = link
+        reader = asyncio.create_task(self._read(link, requests))
+        try:
+            while True:
+                order = await link.orders.get()
+                if order is None:
+                    return
+                yield order
+        finally:
+            reader.cancel()
+            self._detach(link)
+
+    async def _read(self, link: _Link, requests: AsyncIterator[pb.AttachMessage]) -> None:
+        try:
+            async for msg in requests:
+                kind = msg.WhichOneof("kind")
+                if kind == "hello":
+                    link.pid = msg.hello.pid
+                    link.orders.put_nowait(Order(kind=Order.ATTACHED, worker=link.worker))
+                elif kind == "defer":
+                    n = msg.defer.task_attempt
+                    link.attempts.add(n)
+                    self._deferred.setdefault(n, set()).add(link.worker)
+                    metrics.DEFERRED_ATTEMPTS.set(len(self._deferred))
+                    link.orders.put_nowait(
+                        Order(kind=Order.DEFERRED, request_id=msg.defer.request_id, task_attempt=n)
+                    )
+                elif kind == "flushed":
+                    waiter = link.waiting.pop(msg.flushed.task_attempt, None)
+                    if waiter is not None and not waiter.done():
+                        waiter.set_result(msg.flushed)
+        except (asyncio.CancelledError, Exception):  # noqa: S110 - the stream ended either way
+            pass
+        finally:
+            link.orders.put_nowait(None)
+
+    def _detach(self, link: _Link) -> None:
+        if link.gone:
+            return
+        link.gone = True
+        self._links.pop(link.worker, None)
+        for n in link.attempts:
+            holders = self._deferred.get(n)
+            if holders is not None and link.worker in holders:
+                self._lost[n] = (
+                    f"the Python worker (pid {link.pid}) that held its changes ended before "
+                    "they were flushed"
+                )
+        for waiter in link.waiting.values():
+            if not waiter.done():
+                waiter.set_result(
+                    pb.FlushResult(ok=False, error="the worker ended during the flush")
+                )
+        if link.attempts:
+            log.warning(
+                "worker detached with unflushed task attempts",
+                extra={"pid": link.pid, "attempts": sorted(link.attempts)},
+            )
+
+    # -- the plugin's side -----------------------------------------------------------
+
+    async def flush(self, attempt: int) -> tuple[bool, str, int]:
+        """Commit everything the workers hold for `attempt`: (ok, why not, keys)."""
+        holders = self._deferred.pop(attempt, set())
+        lost = self._lost.pop(attempt, None)
+        metrics.DEFERRED_ATTEMPTS.set(len(self._deferred))
+        if not holders and lost is None:
+            return True, "", 0  # nothing deferred: the task committed synchronously, or not at all
+        t0 = time.perf_counter()
+        problems = [lost] if lost else []
+        waits: list[tuple[_Link, asyncio.Future[pb.FlushResult]]] = []
+        loop = asyncio.get_running_loop()
+        for worker in sorted(holders):
+            link = self._links.get(worker)
+            if link is None:
+                if lost is None:
+                    problems.append(f"worker {worker} is gone")
+                continue
+            link.attempts.discard(attempt)
+            fut: asyncio.Future[pb.FlushResult] = loop.create_future()
+            link.waiting[attempt] = fut
+            link.orders.put_nowait(Order(kind=Order.FLUSH, task_attempt=attempt))
+            waits.append((link, fut))
+        keys = 0
+        if waits:
+            done, pending = await asyncio.wait([f for _, f in waits], timeout=self.timeout_s)
+            for link, fut in waits:
+                if fut in pending:
+                    link.waiting.pop(attempt, None)
+                    problems.append(
+                        f"worker pid {link.pid} did not flush within {self.timeout_s:g} s"
+                    )
+                    continue
+                r = fut.result()
+                if r.ok:
+                    keys += r.keys
+                else:
+                    problems.append(f"worker pid {link.pid}: {r.error}")
+        ok = not problems
+        metrics.FLUSHES.labels(outcome="ok" if ok else "failed").inc()
+        metrics.FLUSH_SECONDS.observe(time.perf_counter() - t0)
+        if not ok:
+            log.error(
+                "flush failed: the executor plugin stops the executor (fail-stop)",
+                extra={"task_attempt": attempt, "problems": problems},
+            )
+        return ok, "; ".join(problems), keys
+
+    def discard(self, attempt: int) -> None:
+        """The attempt failed: its workers drop what they hold for it."""
+        self._lost.pop(attempt, None)
+        for worker in self._deferred.pop(attempt, set()):
+            link = self._links.get(worker)
+            if link is not None:
+                link.attempts.discard(attempt)
+                link.orders.put_nowait(Order(kind=Order.DISCARD, task_attempt=attempt))
+        metrics.DEFERRED_ATTEMPTS.set(len(self._deferred))
+
+
+class BarrierServer:
+    """The plugin's end: `FLUSH N` / `DISCARD N` lines on an owner-only Unix socket."""
+
+    def __init__(self, coordinator: FlushCoordinator, path: Path) -> None:
+        self.coordinator = coordinator
+        self.path = path
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> None:
+        """Listen (replacing a stale socket file from an earlier sidecar)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.unlink(missing_ok=True)
+        old = os.umask(0o177)
+        try:
+            self._server = await asyncio.start_unix_server(self._serve, path=str(self.path))
+        finally:
+            os.umask(old)
+
+    async def stop(self) -> None:
+        """Stop listening and remove the socket file."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        self.path.unlink(missing_ok=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while line := await reader.readline():
+                writer.write((await self._answer(line.decode(errors="replace").split())).encode())
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def _answer(self, words: list[str]) -> str:
+        if len(words) != 2 or words[0] not in ("FLUSH", "DISCARD") or not _is_int(words[1]):
+            return "ERR expected FLUSH <task attempt id> or DISCARD <task attempt id>\n"
+        attempt = int(words[1])
+        if words[0] == "DISCARD":
+            self.coordinator.discard(attempt)
+            return "OK 0\n"
+        ok, why, keys = await self.coordinator.flush(attempt)
+        return f"OK {keys}\n" if ok else f"FAIL {' '.join(why.split())}\n"
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True

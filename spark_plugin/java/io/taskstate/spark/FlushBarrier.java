@@ -1,0 +1,142 @@
+package io.taskstate.spark;
+
+import java.io.IOException;
+import java.net.StandardProtocolFamily;
+import java.net.UnixDomainSocketAddress;
+import java.nio.ByteBuffer;
+import java.nio.channels.SelectionKey;
+import java.nio.channels.Selector;
+import java.nio.channels.SocketChannel;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.util.function.LongSupplier;
+
+import org.apache.spark.TaskContext;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Makes a task's deferred group changes durable before Spark reports the task done.
+ *
+ * <p>Spark calls {@code onTaskSucceeded} on the task thread just before it sends the
+ * task's FINISHED status, and {@code onTaskStart} on the same thread while the task
+ * context is set (checked in Executor.scala and Task.scala of the pyspark jars we build
+ * against). The barrier writes {@code FLUSH <task attempt id>} on the sidecar's barrier
+ * socket; the sidecar has every Python worker that holds changes of the attempt commit
+ * them, and answers {@code OK <keys>} or {@code FAIL <reason>}.
+ *
+ * <p>Spark catches and logs what a plugin hook throws, so a failed flush cannot fail the
+ * task. It stops the executor instead, before FINISHED can be sent (fail-stop): Spark
+ * then runs the task again elsewhere and the retry rolls the batch back. Also when the
+ * sidecar was restarted during the task: the new one cannot know what the old one was
+ * told, so an answer of nothing to flush cannot be trusted.
+ */
+final class FlushBarrier {
+  private static final Logger LOG = LoggerFactory.getLogger(FlushBarrier.class);
+  /** The executor's exit status after a fail-stop (EX_SOFTWARE). */
+  static final int FAIL_STOP_EXIT = 70;
+
+  private final Path socket;
+  private final long timeoutMs;
+  private final LongSupplier generation;
+  private final ThreadLocal<long[]> current = new ThreadLocal<>();
+
+  FlushBarrier(Path socket, long timeoutMs, LongSupplier generation) {
+    this.socket = socket;
+    this.timeoutMs = timeoutMs;
+    this.generation = generation;
+  }
+
+  void onTaskStart() {
+    TaskContext tc = TaskContext.get();
+    if (tc != null) {
+      current.set(new long[] {tc.taskAttemptId(), generation.getAsLong(), tc.stageId(),
+          tc.partitionId()});
+    }
+  }
+
+  void onTaskSucceeded() {
+    long[] task = current.get();
+    current.remove();
+    if (task == null) {
+      return;
+    }
+    String answer;
+    try {
+      answer = ask("FLUSH " + task[0]);
+    } catch (IOException e) {
+      failStop(task, "the sidecar's flush barrier " + socket + " did not answer (" + e.getMessage()
+          + ")");
+      return;
+    }
+    if (answer.startsWith("OK ")) {
+      if (generation.getAsLong() != task[1]) {
+        failStop(task, "the sidecar was restarted during the task, so it cannot account for "
+            + "the group changes the task's Python workers held");
+      }
+      return;
+    }
+    failStop(task, answer.startsWith("FAIL ") ? answer.substring(5) : answer);
+  }
+
+  void onTaskFailed() {
+    long[] task = current.get();
+    current.remove();
+    if (task == null) {
+      return;
+    }
+    try {
+      ask("DISCARD " + task[0]);
+    } catch (IOException e) {
+      LOG.debug("taskstate: DISCARD {} not delivered: {}", task[0], e.getMessage());
+    }
+  }
+
+  /** One line out, one line back, within the timeout. */
+  String ask(String line) throws IOException {
+    long deadline = System.nanoTime() + timeoutMs * 1_000_000L;
+    try (SocketChannel ch = SocketChannel.open(StandardProtocolFamily.UNIX);
+        Selector selector = Selector.open()) {
+      ch.connect(UnixDomainSocketAddress.of(socket));
+      ByteBuffer out = ByteBuffer.wrap((line + "\n").getBytes(StandardCharsets.UTF_8));
+      while (out.hasRemaining()) {
+        ch.write(out);
+      }
+      ch.configureBlocking(false);
+      ch.register(selector, SelectionKey.OP_READ);
+      StringBuilder in = new StringBuilder();
+      ByteBuffer buf = ByteBuffer.allocate(4096);
+      while (true) {
+        long left = (deadline - System.nanoTime()) / 1_000_000L;
+        if (left <= 0) {
+          throw new IOException("no answer within " + timeoutMs + " ms");
+        }
+        selector.select(left);
+        selector.selectedKeys().clear();
+        int n = ch.read(buf);
+        if (n < 0) {
+          throw new IOException("the sidecar closed the barrier connection");
+        }
+        buf.flip();
+        in.append(StandardCharsets.UTF_8.decode(buf));
+        buf.clear();
+        int end = in.indexOf("\n");
+        if (end >= 0) {
+          return in.substring(0, end).trim();
+        }
+      }
+    }
+  }
+
+  private void failStop(long[] task, String why) {
+    String message = "taskstate FAIL-STOP: task attempt " + task[0] + " (stage " + task[2]
+        + ", partition " + task[3] + ") succeeded, but its state changes could not be made "
+        + "durable: " + why + ". This executor stops now, before the task is reported done; "
+        + "Spark runs the task again and its retry rolls the batch back (nothing is lost or "
+        + "counted twice). See docs/operations.md, \"Fail-stops\".";
+    LOG.error(message);
+    System.err.println(message);
+    System.err.flush();
+    Runtime.getRuntime().halt(FAIL_STOP_EXIT);
+  }
+}
