@@ -385,6 +385,61 @@ def recovery(
     ]  # fmt: skip
 
 
+# -- 10. applyInPandasWithState with many groups per task ------------------------------------
+
+
+def groups(
+    redis: RedisServer, work: Path, shapes: tuple[tuple[int, int, int], ...]
+) -> list[Figure]:
+    """Median batch: taskstate with the plugin's flush (and without) vs Spark's GroupState."""
+    from benchmarks.groups import expected, run_one
+    from taskstate.spark_plugin.package import build_jar
+
+    jar = str(build_jar(work))
+    c = redis.client()
+    figures = []
+    for n, keys, batches in shapes:
+        got: dict[str, float] = {}
+        for variant in ("deferred", "sync", "spark"):
+            _say(f"groups: {variant}, {n:,} groups per task, {keys} key(s) per group")
+            ns = f"bench-groups-{os.getpid()}-{variant}-{keys}"
+            got[variant] = run_one(
+                variant, work / f"groups-{variant}-{keys}", redis.url, jar, ns, (n, keys, batches)
+            )
+            if variant == "spark":
+                continue
+            stored: dict[str, int] = {}
+            for part in (0, 1):
+                for k, v in c.hscan_iter(data_key(ns, "groups", part), count=5000):
+                    stored[k.decode()] = int(v)
+            if stored != expected(n, keys, batches):
+                raise AssertionError(f"groups benchmark ({variant}, {keys} keys): state not exact")
+        ratio = got["deferred"] / got["spark"]
+        detail = {
+            "sync_ms": got["sync"], "sync_ratio": got["sync"] / got["spark"],
+            "batches": batches, "partitions": 2,
+            "note": "median batch duration of batches 2 and later; deferred: the executor "
+            "plugin's flush barrier (one commit per task and worker); sync: "
+            "spark.taskstate.flushBarrier=false (one commit per group, as without the "
+            "plugin); baseline: the same applyInPandasWithState with its sums in GroupState "
+            "(default state store)",
+        }  # fmt: skip
+        figures.append(
+            Figure(
+                f"applyInPandasWithState, {n:,} groups per task x {keys} key(s): median "
+                "batch, taskstate with the plugin vs GroupState",
+                got["deferred"],
+                got["spark"],
+                "ms",
+                ratio,
+                "<= 1.5",
+                ratio <= 1.5,
+                detail,
+            )  # fmt: skip
+        )
+    return figures
+
+
 # -- driver --------------------------------------------------------------------------------
 
 SIZES = {
@@ -396,6 +451,7 @@ SIZES = {
         "recovery": (1_000_000, 20_000, 8, 3),
         "handover": (50_000, 400_000, 15),
         "memory": (8, 250_000, 64),
+        "groups": ((10_000, 1, 6), (1_000, 100, 6)),
     },
     "quick": {
         "commit": (2_000, 3),
@@ -405,11 +461,12 @@ SIZES = {
         "recovery": (20_000, 500, 4, 2),
         "handover": (5_000, 40_000, 5),
         "memory": (4, 20_000, 2),
+        "groups": ((200, 1, 4), (20, 100, 4)),
     },
 }
 
 
-FIGURES = ("commit", "restore", "latency", "spark", "recovery", "handover", "memory")
+FIGURES = ("commit", "restore", "latency", "spark", "recovery", "handover", "memory", "groups")
 
 
 def machine() -> dict[str, Any]:
@@ -461,6 +518,7 @@ def run(quick: bool, only: set[str]) -> dict[str, Any]:
                 ("recovery", lambda: recovery(redis, side.target, work, size["recovery"])),
                 ("handover", lambda: handover(redis, side.target, *size["handover"])),
                 ("memory", lambda: [executor_memory(redis, side.target, *size["memory"])]),
+                ("groups", lambda: groups(redis, work, size["groups"])),
             ]
             for name, step in steps:
                 if only and name not in only:

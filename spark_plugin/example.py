@@ -93,6 +93,8 @@ class Runner:
             "-m",
             "taskstate.spark_plugin.example",
             "--query",
+            "--api",
+            a.api,
             "--namespace",
             f"{a.namespace_prefix}-{name}",
             "--sidecar",
@@ -171,6 +173,8 @@ class Runner:
                 self.args.plugin_jar,
                 "--redis-url",
                 self.redis_url,
+                "--sidecar",
+                "",  # the tasks use their executor's own sidecar, as a production job does
             ]
             proc = self.start(name, state, extra)
             self._wait_for_pause(proc, name)

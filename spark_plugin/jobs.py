@@ -179,6 +179,30 @@ def record_open(opts: JobOptions, s: Any) -> None:
         os.close(fd)
 
 
+_DEFERRED: set[int] = set()  # task attempts this worker recorded in deferred.jsonl
+
+
+def record_deferred(opts: JobOptions, s: Any) -> None:
+    """Append `fault_dir/deferred.jsonl` when this worker first holds an attempt's changes.
+
+    Held for the executor plugin's flush (the e2e tests assert that it happened).
+    """
+    session = getattr(s, "_session", None)
+    if not opts.fault_dir or session is None or not session.deferred:
+        return
+    attempt = s._ident.task_attempt  # noqa: SLF001 - our own harness
+    if attempt in _DEFERRED:
+        return
+    _DEFERRED.add(attempt)
+    line = json.dumps({"batch": s.batch_id, "part": s.partition, "pid": os.getpid(),
+                       "task_attempt": attempt})  # fmt: skip
+    fd = os.open(Path(opts.fault_dir) / "deferred.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
 def close(s: Any) -> None:
     """Commit a TaskState opened by JobOptions.open (a plain dict needs nothing)."""
     if not isinstance(s, dict):
@@ -269,6 +293,7 @@ def _update_frames(opts: JobOptions, frames: Iterator[Any]) -> Any:
     s = opts.open(ctx, part)
     rows = apply_events(s, events, batch, part)
     close(s)
+    record_deferred(opts, s)
     maybe_fault(opts, batch, part)
     return pd.DataFrame(rows, columns=OUT_COLUMNS)
 

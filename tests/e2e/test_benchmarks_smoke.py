@@ -37,6 +37,8 @@ def test_quick_benchmarks_run_and_report_every_figure(spark_ready: None, tmp_pat
         assert rec["detail"][side]["recovery_s"] > 0 and rec["detail"][side]["normal_ms"] > 0
     hand = [f for f in result["figures"] if f["name"].startswith("hand-over batch")]
     assert len(hand) == 2 and hand[0]["detail"]["40000_delta_restores"] == 5
+    groups = [f for f in result["figures"] if f["name"].startswith("applyInPandasWithState")]
+    assert len(groups) == 2 and all(g["ours"] > 0 and g["detail"]["sync_ms"] > 0 for g in groups)
     (mem,) = [f for f in result["figures"] if f["name"].startswith("executor memory")]
     assert mem["detail"]["rss_mib"]["unbounded"] > 0
     for f in result["figures"]:

@@ -179,6 +179,21 @@ def test_tasks_moved_between_workers_and_never_took_the_whole_state(
     assert moves["worker"] >= 1 and moves["restart"] >= 1, moves
 
 
+def test_group_blocks_waited_for_the_plugins_flush_only_beside_the_plugin(
+    runs: dict[str, Any],
+) -> None:
+    """applyInPandasWithState under the executor plugin (the executor scenario) held its
+    later groups' changes for the flush; without the plugin every block committed."""
+    for name, state, _ in SCENARIOS:
+        if state != "taskstate":
+            continue
+        held = runs["workdir"] / name / "faults" / "deferred.jsonl"
+        if runs["api"] == "applyInPandasWithState" and name == "executor":
+            assert held.exists() and held.read_text().strip(), "no group block was deferred"
+        else:
+            assert not held.exists(), (name, held.read_text())
+
+
 def test_the_same_job_with_a_plain_dict_diverges(runs: dict[str, Any]) -> None:
     assert (runs["workdir"] / "dict-worker" / "faults" / "worker-killed").exists()
     assert runs["dict-worker"]["rows"] != runs["golden"]["rows"]

@@ -1,0 +1,235 @@
+"""Figure 10: applyInPandasWithState with many groups per task, taskstate against GroupState.
+
+Three streaming queries over the same replayable source (2 partitions, `groups` groups per
+task per batch, each group touching `keys` state keys), each
+`groupBy("g").applyInPandasWithState(...)` with no timeout:
+
+- `deferred`: the state in TaskState, with the executor plugin loaded (its sidecar has
+  the flush barrier): a task's group blocks after its first commit once, at the plugin's
+  barrier;
+- `sync`: the same with `spark.taskstate.flushBarrier=false`: every group block commits at
+  its exit (what a job without the plugin gets);
+- `spark`: the state in Spark's GroupState (the default state store, in memory).
+
+The figure is the median batch duration (batches 2 and later), deferred / spark, with
+sync / spark beside it. After each taskstate query the benchmark checks the state in
+Redis against what the source implies.
+
+Run by `python -m benchmarks` in a child process per query:
+    python -m benchmarks.groups --variant deferred|sync|spark --groups N --keys K ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+SOURCE = "taskstate_bench_groups"
+SCHEMA = "g string, v long"
+OUT = "g string, n long"
+
+
+def register_source(spark: Any) -> None:
+    """Offsets are batch numbers; every batch has one row per group (2 x groups rows)."""
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+
+    class Part(InputPartition):
+        def __init__(self, batch: int, lo: int, hi: int) -> None:
+            self.batch, self.lo, self.hi = batch, lo, hi
+
+    class Reader(DataSourceStreamReader):
+        def __init__(self, options: Any) -> None:
+            self.groups = int(options["groups"])
+            self.batches = int(options["batches"])
+
+        def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's name
+            return {"batch": 0}
+
+        def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:  # noqa: N802
+            return {"batch": min(start["batch"] + 1, self.batches)}
+
+        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Any]:
+            n = 2 * self.groups
+            return [
+                Part(b, lo, lo + n // 2)
+                for b in range(start["batch"], end["batch"])
+                for lo in (0, n // 2)
+            ]
+
+        def read(self, partition: Any) -> Iterator[tuple[Any, ...]]:
+            for i in range(partition.lo, partition.hi):
+                yield f"g{i:07d}", partition.batch + 1
+
+        def commit(self, end: dict[str, int]) -> None:
+            pass
+
+    class Source(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return SOURCE
+
+        def schema(self) -> str:
+            return SCHEMA
+
+        def streamReader(self, schema: Any) -> Reader:  # noqa: N802 - Spark's name
+            return Reader(self.options)
+
+    spark.dataSource.register(Source)
+
+
+def taskstate_fn(ns: str, keys: int) -> Any:
+    """One TaskState block per group: `keys` running sums."""
+
+    def per_group(key: tuple[Any, ...], frames: Iterator[Any], _gs: Any) -> Iterator[Any]:
+        import pandas as pd
+        from pyspark import TaskContext
+
+        from taskstate.client import TaskState
+
+        (g,) = key
+        v = sum(int(x) for f in frames for x in f["v"])
+        with TaskState(TaskContext.get(), component="groups", namespace=ns) as s:
+            for j in range(keys):
+                k = f"{g}:{j}"
+                s[k] = s.get(k, 0) + v
+        yield pd.DataFrame({"g": [g], "n": [1]})
+
+    return per_group
+
+
+def spark_fn(keys: int) -> Any:
+    """The same sums in GroupState (`keys` long fields per group)."""
+
+    def per_group(key: tuple[Any, ...], frames: Iterator[Any], gs: Any) -> Iterator[Any]:
+        import pandas as pd
+
+        (g,) = key
+        v = sum(int(x) for f in frames for x in f["v"])
+        sums = gs.get if gs.exists else (0,) * keys
+        gs.update(tuple(s + v for s in sums))
+        yield pd.DataFrame({"g": [g], "n": [1]})
+
+    return per_group
+
+
+def job(a: argparse.Namespace) -> int:
+    """Run one query until every batch is committed; write its progress reports."""
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
+    from taskstate.spark_plugin.jobs import run_until_committed
+
+    work = Path(a.work)
+    b = (
+        SparkSession.builder.master("local[2]")
+        .appName(f"taskstate-bench-groups-{a.variant}")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+    )
+    if a.variant != "spark":
+        b = (
+            b.config("spark.jars", a.plugin_jar)
+            .config("spark.plugins", "io.taskstate.spark.TaskStatePlugin")
+            .config("spark.taskstate.redisUrl", a.redis_url)
+            .config("spark.taskstate.flushBarrier", str(a.variant == "deferred").lower())
+        )
+    spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register_source(spark)
+    events = (
+        spark.readStream.format(SOURCE)
+        .option("groups", str(a.groups))
+        .option("batches", str(a.batches))
+        .load()
+    )
+    if a.variant == "spark":
+        # (an array<long> state fails in pyspark 4.3's applyInPandasWithState: KeyError
+        # 'elementType'), so one long field per key
+        fn, state_schema = spark_fn(a.keys), ", ".join(f"s{j} long" for j in range(a.keys))
+    else:
+        fn, state_schema = taskstate_fn(a.namespace, a.keys), "unused int"
+    checkpoint = str(work / "checkpoint")
+    query = (
+        events.groupBy("g")
+        .applyInPandasWithState(fn, OUT, state_schema, "update", GroupStateTimeout.NoTimeout)
+        .writeStream.format("noop")
+        .outputMode("update")
+        .option("checkpointLocation", checkpoint)
+        .start()
+    )
+    return run_until_committed(
+        spark, query, checkpoint, a.batches, progress_file=str(work / "progress.json")
+    )
+
+
+def run_one(
+    variant: str,
+    work: Path,
+    redis_url: str,
+    plugin_jar: str,
+    namespace: str,
+    sizes: tuple[int, int, int],
+) -> float:
+    """One query: the median batch duration in ms (batches 2 and later)."""
+    groups, keys, batches = sizes
+    work.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        sys.executable, "-m", "benchmarks.groups", "--variant", variant, "--groups", str(groups),
+        "--keys", str(keys), "--batches", str(batches), "--work", str(work),
+        "--redis-url", redis_url, "--plugin-jar", plugin_jar, "--namespace", namespace,
+    ]  # fmt: skip
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
+    with open(work / "query.log", "wb") as log:
+        proc = subprocess.Popen(  # noqa: S603 - our own module
+            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            code = proc.wait(timeout=900)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise RuntimeError(f"the {variant} groups query did not finish in 900 s") from None
+    if code != 0:
+        tail = (work / "query.log").read_text(errors="replace")[-2000:]
+        raise RuntimeError(f"the {variant} groups query exited with {code}:\n{tail}")
+    reports = {int(r["batchId"]): r for r in json.loads((work / "progress.json").read_text())}
+    if sorted(reports) != list(range(batches)):
+        raise AssertionError(f"{variant}: progress for batches {sorted(reports)}")
+    return statistics.median(float(reports[b]["batchDuration"]) for b in range(2, batches))
+
+
+def expected(groups: int, keys: int, batches: int) -> dict[str, int]:
+    """The state after `batches` batches: every key of every group sums 1 + 2 + ... ."""
+    total = batches * (batches + 1) // 2
+    return {f"g{i:07d}:{j}": total for i in range(2 * groups) for j in range(keys)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the child process running one query."""
+    p = argparse.ArgumentParser(prog="python -m benchmarks.groups")
+    p.add_argument("--variant", choices=("deferred", "sync", "spark"), required=True)
+    p.add_argument("--groups", type=int, required=True)
+    p.add_argument("--keys", type=int, required=True)
+    p.add_argument("--batches", type=int, required=True)
+    p.add_argument("--work", required=True)
+    p.add_argument("--redis-url", default="")
+    p.add_argument("--plugin-jar", default="")
+    p.add_argument("--namespace", default="bench-groups")
+    return job(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
