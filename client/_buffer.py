@@ -41,6 +41,19 @@ Sender = Callable[[Session, list[tuple[str, bytes]], list[str]], None]
 Order = pb.AttachOrder
 
 
+def worker_outlives_its_runner() -> bool:
+    """Whether held changes can wait in this process until the task's end.
+
+    Not in a PySpark worker that exits as soon as its runner ends
+    (`spark.python.worker.reuse=false`: the worker's environment then lacks
+    SPARK_REUSE_WORKER, which Spark sets, with SPARK_BUFFER_SIZE, for every worker it
+    reuses): the changes would die with it before the plugin's flush, and every such task
+    would fail-stop its executor. Outside PySpark (a LocalContext) the process lives on.
+    """
+    in_pyspark_worker = "SPARK_BUFFER_SIZE" in os.environ
+    return not in_pyspark_worker or bool(os.environ.get("SPARK_REUSE_WORKER"))
+
+
 @dataclass
 class Held:
     """One task's changes, left by the blocks of one attempt in this process."""

@@ -27,7 +27,7 @@ import orjson
 
 from taskstate.proto import taskstate_pb2 as pb
 
-from ._buffer import buffer
+from ._buffer import buffer, worker_outlives_its_runner
 from ._cache import remember, sessions
 from ._changes import MISSING, REENCODE, SCALARS, Changes, is_mutable
 from ._codec import CODECS, JsonCodec
@@ -248,8 +248,9 @@ class TaskState(MutableMapping[str, Any]):
         Only where it pays and changes nothing a job can see: a later block of a
         micro-batch attempt in this process (the groups of applyInPandasWithState after
         the first), in mirror mode (the session's copy carries the held writes to the
-        attempt's next blocks), beside a sidecar with the plugin's flush barrier. A task
-        with one block (mapInPandas, foreachPartition) always commits at its exit.
+        attempt's next blocks), beside a sidecar with the plugin's flush barrier, in a
+        process that outlives its runner. A task with one block (mapInPandas,
+        foreachPartition) always commits at its exit.
         """
         if not (
             session.flush_barrier
@@ -257,6 +258,7 @@ class TaskState(MutableMapping[str, Any]):
             and self._ident.batch is not None
             and self.config.mode == "mirror"
             and session.data is not None
+            and worker_outlives_its_runner()
         ):
             return False
         upserts, deletes = self._changes.collect(self._data)
