@@ -21,6 +21,7 @@ import argparse
 import base64
 import json
 import os
+import random
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -44,7 +45,7 @@ from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 
 IMPORT_CHUNK = 5000
-READ_ATTEMPTS = 5
+READ_ATTEMPTS = 8  # with jittered, doubling pauses: about 4 s at most
 
 
 class UsageError(Exception):
@@ -110,7 +111,9 @@ class Admin:
                     raise err from None
                 self.reread += 1
                 print(f"taskstate: {fq} changed while it was read; reading again", file=sys.stderr)
-                time.sleep(0.05 * (attempt + 1))
+                # jittered, so that a read does not keep phase with a job committing at a
+                # steady pace (S311: timing, not security)
+                time.sleep(min(1.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.5))  # noqa: S311
         raise AssertionError("unreachable")  # pragma: no cover
 
 
