@@ -6,6 +6,7 @@ taskstate code (`taskstate.proto.codes`); no Python traceback crosses the wire.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -641,6 +642,9 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                 self._authorize(context, "Attach", None)
                 async for order in self.flush.attach(requests):
                     yield order
+            except asyncio.CancelledError:
+                outcome.append("ok")  # the worker went away (exited or killed): a normal end
+                raise
             except Exception as exc:
                 await self._refuse(context, "Attach", None, outcome, exc)
 

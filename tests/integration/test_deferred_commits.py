@@ -147,6 +147,8 @@ def test_a_worker_killed_before_the_flush_fails_it_and_the_retry_counts_once(
         assert w2.call("groups", retry, {f"g{i}": 1 for i in range(100)})
         assert ask(barrier, f"FLUSH {retry.taskAttemptId()}") == "OK 99"
     assert stored(redis_server, namespace) == {f"g{i}": 2 for i in range(100)}
+    # a worker's end (killed or exited) ends its Attach stream normally, not as an error
+    assert not side.metrics().get('taskstate_requests_total{code="INTERNAL",method="Attach"}')
 
 
 def test_a_discarded_attempt_leaves_nothing_and_no_copy_behind(
