@@ -41,16 +41,17 @@ Sender = Callable[[Session, list[tuple[str, bytes]], list[str]], None]
 Order = pb.AttachOrder
 
 
-def worker_outlives_its_runner() -> bool:
+def worker_outlives_its_runner(ctx: object) -> bool:
     """Whether held changes can wait in this process until the task's end.
 
     Not in a PySpark worker that exits as soon as its runner ends
-    (`spark.python.worker.reuse=false`: the worker's environment then lacks
-    SPARK_REUSE_WORKER, which Spark sets, with SPARK_BUFFER_SIZE, for every worker it
-    reuses): the changes would die with it before the plugin's flush, and every such task
-    would fail-stop its executor. Outside PySpark (a LocalContext) the process lives on.
+    (`spark.python.worker.reuse=false`: Spark then leaves SPARK_REUSE_WORKER out of the
+    worker's environment): the changes would die with it before the plugin's flush, and
+    every such task would fail-stop its executor. A block with a PySpark TaskContext runs
+    in a worker; outside PySpark (a LocalContext) the process lives on. (The environment
+    alone cannot tell: a driver's SparkContext sets SPARK_BUFFER_SIZE in its own process.)
     """
-    in_pyspark_worker = "SPARK_BUFFER_SIZE" in os.environ
+    in_pyspark_worker = type(ctx).__module__.startswith("pyspark")
     return not in_pyspark_worker or bool(os.environ.get("SPARK_REUSE_WORKER"))
 
 

@@ -258,7 +258,7 @@ class TaskState(MutableMapping[str, Any]):
             and self._ident.batch is not None
             and self.config.mode == "mirror"
             and session.data is not None
-            and worker_outlives_its_runner()
+            and worker_outlives_its_runner(self._ctx)
         ):
             return False
         upserts, deletes = self._changes.collect(self._data)

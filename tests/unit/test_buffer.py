@@ -4,26 +4,36 @@ from __future__ import annotations
 
 import pytest
 
+from taskstate.client import LocalContext
 from taskstate.client._buffer import Held, worker_outlives_its_runner
 from taskstate.client._session import OpenInfo, Session
 
 
+class TaskContext:
+    """Stands for pyspark.TaskContext: only its module matters here."""
+
+
+TaskContext.__module__ = "pyspark.taskcontext"
+
+
 @pytest.mark.parametrize(
-    ("env", "holds"),
+    ("ctx", "env", "holds"),
     [
-        ({}, True),  # not a PySpark worker: a LocalContext's process lives on
-        ({"SPARK_BUFFER_SIZE": "65536", "SPARK_REUSE_WORKER": "1"}, True),
-        ({"SPARK_BUFFER_SIZE": "65536"}, False),  # spark.python.worker.reuse=false
+        (LocalContext(0, batch_id=1), {}, True),  # outside PySpark: the process lives on
+        # a driver's SparkContext sets SPARK_BUFFER_SIZE in its own process: still not a worker
+        (LocalContext(0, batch_id=1), {"SPARK_BUFFER_SIZE": "65536"}, True),
+        (TaskContext(), {"SPARK_REUSE_WORKER": "1"}, True),
+        (TaskContext(), {}, False),  # spark.python.worker.reuse=false
     ],
 )
 def test_only_a_process_that_outlives_its_runner_holds_changes(
-    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], holds: bool
+    monkeypatch: pytest.MonkeyPatch, ctx: object, env: dict[str, str], holds: bool
 ) -> None:
     for key in ("SPARK_BUFFER_SIZE", "SPARK_REUSE_WORKER"):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    assert worker_outlives_its_runner() is holds
+    assert worker_outlives_its_runner(ctx) is holds
 
 
 def test_a_later_blocks_changes_win_and_one_commit_sends_them() -> None:
