@@ -262,7 +262,25 @@ class TaskState(MutableMapping[str, Any]):
         ):
             return False
         upserts, deletes = self._changes.collect(self._data)
-        sender = functools.partial(
+        if not buffer.hold(
+            self._ident.task_attempt,
+            self.task_id,
+            session,
+            upserts,
+            deletes,
+            self._sender(),
+            self._transport,
+        ):
+            return False
+        self._settled(session, upserts)
+        return True
+
+    def _sender(self) -> functools.partial[None]:
+        """`_commit.send` with this task's transport and names bound.
+
+        Not this object: a held change set must not keep a finished block alive.
+        """
+        return functools.partial(
             send,
             self._transport,
             self.config,
@@ -271,20 +289,12 @@ class TaskState(MutableMapping[str, Any]):
             self._writer(),
             self._ident.batch,
         )
-        if not buffer.hold(
-            self._ident.task_attempt,
-            self.task_id,
-            session,
-            upserts,
-            deletes,
-            sender,
-            self._transport,
-        ):
-            return False
+
+    def _settled(self, session: Session, upserts: list[tuple[str, bytes]]) -> None:
+        """After a commit or a deferral: the state's first sizes, and nothing pending."""
         if not session.entry_bytes and upserts:
             session.entry_bytes = sum(len(k) + len(v) for k, v in upserts) / len(upserts)
         self._changes.clear()
-        return True
 
     def _discard(self, session: Session) -> None:
         """Forget uncommitted changes.
@@ -314,23 +324,10 @@ class TaskState(MutableMapping[str, Any]):
         pos = None
         if position is not MISSING:
             pos = self._codec.encode(self.task_id, "<position>", position)
-        send(
-            self._transport,
-            self.config,
-            self.task_id,
-            self._pb_task(),
-            self._writer(),
-            self._ident.batch,
-            session,
-            upserts,
-            deletes,
-            pos,
-        )
+        self._sender()(session, upserts, deletes, pos)
         if pos is not None:
             session.position = pos
-        if not session.entry_bytes and upserts:  # the state's first sizes: from this commit
-            session.entry_bytes = sum(len(k) + len(v) for k, v in upserts) / len(upserts)
-        self._changes.clear()
+        self._settled(session, upserts)
 
     # -- MutableMapping -----------------------------------------------------------
 
