@@ -22,67 +22,23 @@ Run by `python -m benchmarks` in a child process per query:
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import signal
 import statistics
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from benchmarks._query import progress, register_batch_source, run_child
 
 SOURCE = "taskstate_bench_groups"
 SCHEMA = "g string, v long"
 OUT = "g string, n long"
 
 
-def register_source(spark: Any) -> None:
-    """Offsets are batch numbers; every batch has one row per group (2 x groups rows)."""
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-
-    class Part(InputPartition):
-        def __init__(self, batch: int, lo: int, hi: int) -> None:
-            self.batch, self.lo, self.hi = batch, lo, hi
-
-    class Reader(DataSourceStreamReader):
-        def __init__(self, options: Any) -> None:
-            self.groups = int(options["groups"])
-            self.batches = int(options["batches"])
-
-        def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's name
-            return {"batch": 0}
-
-        def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:  # noqa: N802
-            return {"batch": min(start["batch"] + 1, self.batches)}
-
-        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Any]:
-            n = 2 * self.groups
-            return [
-                Part(b, lo, lo + n // 2)
-                for b in range(start["batch"], end["batch"])
-                for lo in (0, n // 2)
-            ]
-
-        def read(self, partition: Any) -> Iterator[tuple[Any, ...]]:
-            for i in range(partition.lo, partition.hi):
-                yield f"g{i:07d}", partition.batch + 1
-
-        def commit(self, end: dict[str, int]) -> None:
-            pass
-
-    class Source(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return SOURCE
-
-        def schema(self) -> str:
-            return SCHEMA
-
-        def streamReader(self, schema: Any) -> Reader:  # noqa: N802 - Spark's name
-            return Reader(self.options)
-
-    spark.dataSource.register(Source)
+def rows(options: Any) -> tuple[Any, Any]:
+    """Every batch has one row per group (2 x groups rows); batch b adds b + 1 to each."""
+    n = 2 * int(options["groups"])
+    return (lambda b: n), (lambda b, i: (f"g{i:07d}", b + 1))
 
 
 def taskstate_fn(ns: str, keys: int) -> Any:
@@ -144,7 +100,7 @@ def job(a: argparse.Namespace) -> int:
         )
     spark = b.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    register_source(spark)
+    register_batch_source(spark, SOURCE, SCHEMA, rows)
     events = (
         spark.readStream.format(SOURCE)
         .option("groups", str(a.groups))
@@ -181,33 +137,13 @@ def run_one(
 ) -> float:
     """One query: the median batch duration in ms (batches 2 and later)."""
     groups, keys, batches = sizes
-    work.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        sys.executable, "-m", "benchmarks.groups", "--variant", variant, "--groups", str(groups),
-        "--keys", str(keys), "--batches", str(batches), "--work", str(work),
-        "--redis-url", redis_url, "--plugin-jar", plugin_jar, "--namespace", namespace,
+    args = [
+        "--variant", variant, "--groups", str(groups), "--keys", str(keys),
+        "--batches", str(batches), "--work", str(work), "--redis-url", redis_url,
+        "--plugin-jar", plugin_jar, "--namespace", namespace,
     ]  # fmt: skip
-    env = dict(os.environ)
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
-    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    with open(work / "query.log", "wb") as log:
-        proc = subprocess.Popen(  # noqa: S603 - our own module
-            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            code = proc.wait(timeout=900)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise RuntimeError(f"the {variant} groups query did not finish in 900 s") from None
-    if code != 0:
-        tail = (work / "query.log").read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"the {variant} groups query exited with {code}:\n{tail}")
-    reports = {int(r["batchId"]): r for r in json.loads((work / "progress.json").read_text())}
-    if sorted(reports) != list(range(batches)):
-        raise AssertionError(f"{variant}: progress for batches {sorted(reports)}")
+    run_child("benchmarks.groups", args, work, f"{variant} groups", {})
+    reports = progress(work, batches, variant)
     return statistics.median(float(reports[b]["batchDuration"]) for b in range(2, batches))
 
 

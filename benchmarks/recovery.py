@@ -29,13 +29,14 @@ import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from benchmarks._query import progress, register_batch_source, run_child
 
 SOURCE = "taskstate_bench_recovery"
 SCHEMA = "key string, value long"
@@ -47,56 +48,16 @@ def key_of(i: int) -> str:
     return f"k{i:07d}"
 
 
-def register_source(spark: Any) -> None:
-    """Offsets are batch numbers; batch 0 has every key once, later ones `per_batch` rows."""
-    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+def rows(options: Any) -> tuple[Any, Any]:
+    """Batch 0 has every key once; later ones `per_batch` rows spread over the key space."""
+    keys, per_batch = int(options["keys"]), int(options["per_batch"])
 
-    class Part(InputPartition):
-        def __init__(self, batch: int, lo: int, hi: int) -> None:
-            self.batch, self.lo, self.hi = batch, lo, hi
+    def row(b: int, i: int) -> tuple[str, int]:
+        if b == 0:
+            return key_of(i), 1
+        return key_of((i * 7919 + b * 104729) % keys), b  # different keys each batch
 
-    class Reader(DataSourceStreamReader):
-        def __init__(self, options: Any) -> None:
-            self.keys = int(options["keys"])
-            self.per_batch = int(options["per_batch"])
-            self.batches = int(options["batches"])
-
-        def initialOffset(self) -> dict[str, int]:  # noqa: N802 - Spark's name
-            return {"batch": 0}
-
-        def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:  # noqa: N802
-            return {"batch": min(start["batch"] + 1, self.batches)}
-
-        def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[Any]:
-            out = []
-            for b in range(start["batch"], end["batch"]):
-                n = self.keys if b == 0 else self.per_batch
-                out += [Part(b, 0, n // 2), Part(b, n // 2, n)]
-            return out
-
-        def read(self, partition: Any) -> Iterator[tuple[Any, ...]]:
-            b, keys = partition.batch, self.keys
-            for i in range(partition.lo, partition.hi):
-                if b == 0:
-                    yield key_of(i), 1
-                else:  # spread over the whole key space, different keys each batch
-                    yield key_of((i * 7919 + b * 104729) % keys), b
-
-        def commit(self, end: dict[str, int]) -> None:
-            pass
-
-    class Source(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return SOURCE
-
-        def schema(self) -> str:
-            return SCHEMA
-
-        def streamReader(self, schema: Any) -> Reader:  # noqa: N802 - Spark's name
-            return Reader(self.options)
-
-    spark.dataSource.register(Source)
+    return (lambda b: keys if b == 0 else per_batch), row
 
 
 def _record_attempt(work: str, batch: int, part: int) -> None:
@@ -203,7 +164,7 @@ def job(a: argparse.Namespace) -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    register_source(spark)
+    register_batch_source(spark, SOURCE, SCHEMA, rows)
     events = (
         spark.readStream.format(SOURCE)
         .option("keys", str(a.keys))
@@ -267,38 +228,17 @@ def run_one(
 ) -> dict[str, Any]:
     """One query, killed once: its timings and the kind of worker its retry ran in."""
     keys, per_batch, batches, kill_at = sizes
-    work.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        sys.executable, "-m", "benchmarks.recovery", "--state", state, "--keys", str(keys),
-        "--per-batch", str(per_batch), "--batches", str(batches), "--kill-at", str(kill_at),
-        "--work", str(work), "--sidecar", sidecar, "--namespace", namespace,
+    args = [
+        "--state", state, "--keys", str(keys), "--per-batch", str(per_batch),
+        "--batches", str(batches), "--kill-at", str(kill_at), "--work", str(work),
+        "--sidecar", sidecar, "--namespace", namespace,
     ]  # fmt: skip
-    env = dict(os.environ)
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
-    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    root = str(Path(__file__).resolve().parent.parent)  # workers import benchmarks.recovery
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [root, env.get("PYTHONPATH")]))
-    if load:
-        env["TASKSTATE_LOAD"] = load
-    with open(work / "query.log", "wb") as log:
-        proc = subprocess.Popen(  # noqa: S603 - our own module
-            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            code = proc.wait(timeout=900)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise RuntimeError(f"the {state} recovery query did not finish in 900 s") from None
-    if code != 0:
-        tail = (work / "query.log").read_text(errors="replace")[-2000:]
-        raise RuntimeError(f"the {state} recovery query exited with {code}:\n{tail}")
+    env = {"TASKSTATE_LOAD": load} if load else {}
+    run_child("benchmarks.recovery", args, work, f"{state} recovery", env)
     killed = json.loads((work / "killed.json").read_text())
     if killed["batch"] != kill_at:
         raise AssertionError(f"{state}: the worker was killed in batch {killed['batch']}")
-    reports = {int(r["batchId"]): r for r in json.loads((work / "progress.json").read_text())}
-    if sorted(reports) != list(range(batches)):
-        raise AssertionError(f"{state}: progress for batches {sorted(reports)}")
+    reports = progress(work, batches, state)
     for b, r in reports.items():
         want = keys if b == 0 else per_batch
         if int(r["numInputRows"]) != want:
