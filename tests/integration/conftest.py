@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from taskstate.client import _cache
-from taskstate.sidecar.storage.redis.keys import namespace_pattern
+from taskstate.sidecar.storage.redis.keys import data_key, namespace_pattern
 from taskstate.testing import RedisServer, SidecarProcess, find_redis_server
 
 from .attempt_worker import Worker, worker_pool
@@ -83,6 +84,14 @@ def snapshot(r: RedisServer, namespace: str) -> dict[bytes, object]:
 
 
 CLAIM_FIELDS = {b"epoch", b"opened_at", b"last_writer", b"claim", b"claim_batch", b"superseded"}
+
+
+def stored(
+    r: RedisServer, namespace: str, decode: Callable[[bytes], Any] | None = None
+) -> dict[str, Any]:
+    """The committed data of task NAMESPACE/c/0: raw values, or each passed to `decode`."""
+    data = r.client().hgetall(data_key(namespace, "c", 0))
+    return {k.decode(): v if decode is None else decode(v) for k, v in data.items()}
 
 
 def committed_snapshot(r: RedisServer, namespace: str) -> dict[bytes, object]:

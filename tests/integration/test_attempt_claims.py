@@ -20,7 +20,7 @@ from taskstate.sidecar.storage.redis.keys import data_key, meta_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 from .attempt_worker import Worker, WorkerError, worker_pool
-from .conftest import snapshot
+from .conftest import snapshot, stored
 
 pytestmark = pytest.mark.integration
 
@@ -29,11 +29,6 @@ pytestmark = pytest.mark.integration
 def workers(sidecar: SidecarProcess, namespace: str) -> Iterator[list[Worker]]:
     with worker_pool(sidecar.target, namespace) as ws:
         yield ws
-
-
-def stored(r: RedisServer, ns: str) -> dict[str, bytes]:
-    data = r.client().hgetall(data_key(ns, "c", 0))
-    return {k.decode(): v for k, v in data.items()}
 
 
 def meta(r: RedisServer, ns: str, *fields: str) -> list[str | None]:

@@ -16,15 +16,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import orjson
 import pytest
 
 from taskstate.client import LocalContext, TaskState
 from taskstate.client._buffer import buffer
-from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 from .attempt_worker import worker_pool
+from .conftest import stored
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +57,6 @@ def ask(barrier: Path, line: str) -> str:
     return out.decode().strip()
 
 
-def stored(r: RedisServer, namespace: str) -> dict[str, int]:
-    """The committed data of task NAMESPACE/c/0."""
-    raw = r.client().hgetall(data_key(namespace, "c", 0))
-    return {k.decode(): orjson.loads(v) for k, v in raw.items()}
-
-
 def groups(ctx: LocalContext, target: str, namespace: str, n: int, start: int = 0) -> None:
     """n one-key group blocks in this process: key gI gets 1 added."""
     for i in range(start, start + n):
@@ -79,16 +72,16 @@ def test_group_blocks_are_committed_once_at_the_flush(
     ctx = LocalContext(0, batch_id=1)
     groups(ctx, side.target, namespace, 500)
     # the first block committed at its exit; the 499 others are held in this process
-    assert stored(redis_server, namespace) == {"g0": 1}
+    assert stored(redis_server, namespace, int) == {"g0": 1}
     assert buffer.holds(ctx.taskAttemptId())
     assert ask(barrier, f"FLUSH {ctx.taskAttemptId()}") == "OK 499"
-    assert stored(redis_server, namespace) == {f"g{i}": 1 for i in range(500)}
+    assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(500)}
     assert not buffer.holds(ctx.taskAttemptId())
     # the next batch's attempt reads what was flushed, and defers again
     ctx2 = LocalContext(0, batch_id=2)
     groups(ctx2, side.target, namespace, 500)
     assert ask(barrier, f"FLUSH {ctx2.taskAttemptId()}") == "OK 499"
-    assert stored(redis_server, namespace) == {f"g{i}": 2 for i in range(500)}
+    assert stored(redis_server, namespace, int) == {f"g{i}": 2 for i in range(500)}
     after = side.metrics()
     assert (
         after['taskstate_flushes_total{outcome="ok"}']
@@ -106,7 +99,7 @@ def test_a_flush_of_an_attempt_that_deferred_nothing_answers_at_once(
     groups(ctx, side.target, namespace, 1)  # one block: committed at its exit, as mapInPandas
     assert not buffer.holds(ctx.taskAttemptId())
     assert ask(barrier, f"FLUSH {ctx.taskAttemptId()}") == "OK 0"
-    assert stored(redis_server, namespace) == {"g0": 1}
+    assert stored(redis_server, namespace, int) == {"g0": 1}
     assert ask(barrier, "FLUSH 12345") == "OK 0"
     assert ask(barrier, "HELLO").startswith("ERR expected FLUSH")
 
@@ -120,9 +113,9 @@ def test_two_workers_of_one_attempt_are_flushed_together(
         assert w1.call("groups", ctx, {f"g{i}": 1 for i in range(0, 300)})
         assert w2.call("groups", ctx, {f"g{i}": 1 for i in range(300, 600)})
         # each worker committed its first group; both hold the rest
-        assert stored(redis_server, namespace) == {"g0": 1, "g300": 1}
+        assert stored(redis_server, namespace, int) == {"g0": 1, "g300": 1}
         assert ask(barrier, f"FLUSH {ctx.taskAttemptId()}") == "OK 598"
-    assert stored(redis_server, namespace) == {f"g{i}": 1 for i in range(600)}
+    assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(600)}
 
 
 def test_a_worker_killed_before_the_flush_fails_it_and_the_retry_counts_once(
@@ -140,13 +133,16 @@ def test_a_worker_killed_before_the_flush_fails_it_and_the_retry_counts_once(
         answer = ask(barrier, f"FLUSH {ctx.taskAttemptId()}")
         assert answer.startswith("FAIL ") and "ended before they were flushed" in answer
         # nothing of the killed worker's held groups reached Redis, only its first block
-        assert stored(redis_server, namespace) == {"g0": 2, **{f"g{i}": 1 for i in range(1, 100)}}
+        assert stored(redis_server, namespace, int) == {
+            "g0": 2,
+            **{f"g{i}": 1 for i in range(1, 100)},
+        }
         # the plugin stopped the executor; Spark runs the task again: the retry rolls
         # batch 2 back and counts every group once
         retry = LocalContext(0, batch_id=2, attempt=1)
         assert w2.call("groups", retry, {f"g{i}": 1 for i in range(100)})
         assert ask(barrier, f"FLUSH {retry.taskAttemptId()}") == "OK 99"
-    assert stored(redis_server, namespace) == {f"g{i}": 2 for i in range(100)}
+    assert stored(redis_server, namespace, int) == {f"g{i}": 2 for i in range(100)}
     # a worker's end (killed or exited) ends its Attach stream normally, not as an error
     assert not side.metrics().get('taskstate_requests_total{code="INTERNAL",method="Attach"}')
 
@@ -163,14 +159,14 @@ def test_a_discarded_attempt_leaves_nothing_and_no_copy_behind(
         time.sleep(0.01)  # the order reaches this process's Attach thread
     assert not buffer.holds(ctx.taskAttemptId())
     assert ask(barrier, f"FLUSH {ctx.taskAttemptId()}") == "OK 0"
-    assert stored(redis_server, namespace) == {"g0": 1}
+    assert stored(redis_server, namespace, int) == {"g0": 1}
     # the retry in this same process must not take the discarded groups for committed
     retry = LocalContext(0, batch_id=1, attempt=1)
     with TaskState(retry, component="c", namespace=namespace, sidecar=side.target) as s:
         assert dict(s) == {}  # batch 1 rolled back: g0's commit too
     groups(retry, side.target, namespace, 50)
     assert ask(barrier, f"FLUSH {retry.taskAttemptId()}") == "OK 50"
-    assert stored(redis_server, namespace) == {f"g{i}": 1 for i in range(50)}
+    assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(50)}
 
 
 def test_a_zombie_attempts_flush_is_fenced(
@@ -185,7 +181,7 @@ def test_a_zombie_attempts_flush_is_fenced(
         answer = ask(barrier, f"FLUSH {zombie.taskAttemptId()}")
         assert answer.startswith("FAIL ") and "FENCED" in answer
         assert ask(barrier, f"FLUSH {newer.taskAttemptId()}") == "OK 19"
-    assert stored(redis_server, namespace) == {f"g{i}": 5 for i in range(20)}
+    assert stored(redis_server, namespace, int) == {f"g{i}": 5 for i in range(20)}
 
 
 def test_redis_unavailable_during_the_flush_fails_it(
@@ -206,13 +202,13 @@ def test_redis_unavailable_during_the_flush_fails_it(
         sleeper.join()
     assert answer.startswith("FAIL ") and "STORAGE_UNAVAILABLE" in answer, answer
     # a write that timed out may still have been applied when Redis woke: all or nothing
-    assert stored(redis_server, namespace) in ({"g0": 1}, {f"g{i}": 1 for i in range(30)})
+    assert stored(redis_server, namespace, int) in ({"g0": 1}, {f"g{i}": 1 for i in range(30)})
     # the executor stops; the retry elsewhere counts every group once
     retry = LocalContext(0, batch_id=1, attempt=1)
     with worker_pool(side.target, namespace, 1) as (w,):
         assert w.call("groups", retry, {f"g{i}": 1 for i in range(30)})
         assert ask(barrier, f"FLUSH {retry.taskAttemptId()}") == "OK 29"
-    assert stored(redis_server, namespace) == {f"g{i}": 1 for i in range(30)}
+    assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(30)}
 
 
 def test_without_a_barrier_every_group_block_commits_at_its_exit(
@@ -221,7 +217,7 @@ def test_without_a_barrier_every_group_block_commits_at_its_exit(
     ctx = LocalContext(0, batch_id=1)
     groups(ctx, sidecar.target, namespace, 40)
     assert not buffer.holds(ctx.taskAttemptId())
-    assert stored(redis_server, namespace) == {f"g{i}": 1 for i in range(40)}
+    assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(40)}
 
 
 def test_a_failed_block_commits_what_its_attempt_held_first(
@@ -236,9 +232,9 @@ def test_a_failed_block_commits_what_its_attempt_held_first(
             raise ValueError("boom")
     # the failed block's change is gone; the nine held groups were committed before the
     # copy they were merged into was dropped, so the attempt's next blocks read them
-    assert stored(redis_server, namespace) == {f"g{i}": 1 for i in range(10)}
+    assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(10)}
     groups(ctx, side.target, namespace, 5, start=10)
     with TaskState(ctx, component="c", namespace=namespace, sidecar=side.target) as s:
         assert dict(s) == {f"g{i}": 1 for i in range(15)}
     assert ask(barrier, f"FLUSH {ctx.taskAttemptId()}") == "OK 5"
-    assert stored(redis_server, namespace) == {f"g{i}": 1 for i in range(15)}
+    assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(15)}

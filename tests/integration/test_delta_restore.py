@@ -15,17 +15,13 @@ from taskstate.client import LocalContext
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 from taskstate.sidecar.storage.base import LOG_MIN
-from taskstate.sidecar.storage.redis.keys import data_key, meta_key, task_key
+from taskstate.sidecar.storage.redis.keys import meta_key, task_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 from .attempt_worker import Worker
+from .conftest import stored
 
 pytestmark = pytest.mark.integration
-
-
-def stored(r: RedisServer, ns: str) -> dict[str, int]:
-    data = r.client().hgetall(data_key(ns, "c", 0))
-    return {k.decode(): int(v) for k, v in data.items()}
 
 
 def restores(side: SidecarProcess) -> dict[str, float]:
@@ -56,7 +52,7 @@ def test_alternating_workers_get_only_what_changed(
     back = w2.block(LocalContext(0, batch_id=3), {})
     assert back["delta"] and back["restored_keys"] == 2
     expected = {k: v for k, v in expected.items() if k != "new"} | {"k4": -4}
-    assert back["data"] == expected == stored(redis_server, namespace)
+    assert back["data"] == expected == stored(redis_server, namespace, int)
     after = restores(metered_sidecar)
     assert after["delta"] - before["delta"] == 2 and after["full"] == before["full"]
 
@@ -78,7 +74,7 @@ def test_delta_after_a_replayed_batch_is_rolled_back(
     assert retry["rolled_back"] and retry["data"] == base
 
     nxt = w1.block(LocalContext(0, batch_id=2), {})
-    assert nxt["data"] == {**base, "k5": 55} == stored(redis_server, namespace)
+    assert nxt["data"] == {**base, "k5": 55} == stored(redis_server, namespace, int)
     if mode == "fields":
         # the rollback's keys are in the log: k1, fresh, k99 undone, k5 written
         assert nxt["delta"] and nxt["restored_keys"] == 4
@@ -117,7 +113,7 @@ def test_an_import_or_a_drop_is_never_taken_for_a_delta(
     stub.Drop(pb.DropRequest(namespace=namespace))
     dropped = w1.block(LocalContext(0, batch_id=0), {"x": 24})
     assert dropped["data"] == {} and not dropped["delta"]
-    assert stored(redis_server, namespace) == {"x": 24}
+    assert stored(redis_server, namespace, int) == {"x": 24}
 
 
 def test_a_log_trimmed_past_the_held_version_falls_back_to_a_full_restore(
@@ -140,7 +136,7 @@ def test_a_log_trimmed_past_the_held_version_falls_back_to_a_full_restore(
     # from here on the log covers w2's version again
     back = w2.block(LocalContext(0, batch_id=3), {})
     assert back["delta"] and back["restored_keys"] == 1
-    assert back["data"] == stored(redis_server, namespace)
+    assert back["data"] == stored(redis_server, namespace, int)
 
 
 def test_a_delta_restore_is_fenced_like_a_full_one(

@@ -12,10 +12,10 @@ import pytest
 from taskstate.client import ConfigError, FencedError, LocalContext, TaskState, _cache
 from taskstate.client._reads import MISS_FRACTION, MISS_MIN
 from taskstate.sidecar.storage.base import LOG_MIN
-from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 from .attempt_worker import Worker
+from .conftest import stored
 
 pytestmark = pytest.mark.integration
 
@@ -23,10 +23,6 @@ pytestmark = pytest.mark.integration
 def ts(side: SidecarProcess, ns: str, batch: int, ctx: LocalContext | None = None) -> TaskState:
     ctx = ctx or LocalContext(0, batch_id=batch)
     return TaskState(ctx, component="c", namespace=ns, sidecar=side.target)
-
-
-def stored(r: RedisServer, ns: str) -> dict[str, bytes]:
-    return {k.decode(): v for k, v in r.client().hgetall(data_key(ns, "c", 0)).items()}
 
 
 def counters(side: SidecarProcess) -> dict[str, float]:
