@@ -83,8 +83,14 @@ class Runner:
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         return env
 
-    def start(self, name: str, state: str, extra: Sequence[str] = ()) -> subprocess.Popen[bytes]:
-        """Start one query process for run `name`."""
+    def start(
+        self, name: str, state: str, extra: Sequence[str] = (), sidecar: str | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start one query process for run `name`.
+
+        On the shared sidecar, unless `sidecar` says otherwise ("": the tasks find their
+        executor's own, as a job with the plugin does).
+        """
         run_dir = self.workdir / name
         (run_dir / "faults").mkdir(parents=True, exist_ok=True)
         a = self.args
@@ -98,7 +104,7 @@ class Runner:
             "--namespace",
             f"{a.namespace_prefix}-{name}",
             "--sidecar",
-            self.sidecar,
+            self.sidecar if sidecar is None else sidecar,
             "--state",
             state,
             "--batches",
@@ -173,10 +179,9 @@ class Runner:
                 self.args.plugin_jar,
                 "--redis-url",
                 self.redis_url,
-                "--sidecar",
-                "",  # the tasks use their executor's own sidecar, as a production job does
             ]
-            proc = self.start(name, state, extra)
+            # the tasks use their executor's own sidecar, as a production job does
+            proc = self.start(name, state, extra, sidecar="")
             self._wait_for_pause(proc, name)
             pid = int((self.workdir / name / "faults" / "executor-pid").read_text())
             os.kill(pid, signal.SIGKILL)  # the executor JVM running partition 0 of batch k
