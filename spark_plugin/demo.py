@@ -33,11 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .faults import maybe_fault
 from .jobs import (
     ROCKSDB,
     JobOptions,
     kill_process_groups,
-    maybe_fault,
     read_output_files,
     register_range_source,
     run_until_committed,

@@ -13,7 +13,7 @@ APIs (`--api`):
 - `foreachBatch-foreachPartition`: `foreachBatch` + `foreachPartition`, whose tasks write
   their rows themselves (one file per partition, replaced by a retry).
 
-Faults strike in partition 0 of batch k, right after that task's commit: `worker` kills
+Faults (faults.py) strike in partition 0 of batch k, right after that task's commit: `worker` kills
 the Python worker; `pause` makes it sleep so the test can kill the whole query or, with
 the executor's pid in a marker file, the executor JVM.
 """
@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from taskstate.sidecar.storage.redis.keys import data_key
+
+from .faults import maybe_fault
 
 COMPONENT = "running-totals"
 SOURCE_NAME = "taskstate_example_events"
@@ -235,46 +237,6 @@ def apply_events(
         s[key] = st
         rows.append((batch, part, int(event_id), key, st["count"], st["total"]))
     return rows
-
-
-def once(fault_dir: str, name: str) -> bool:
-    """True the first time `name` is asked for in this run (a marker file records it)."""
-    try:
-        fd = os.open(Path(fault_dir) / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return False
-    os.close(fd)
-    return True
-
-
-def _executor_pid() -> int | None:
-    """The executor JVM this worker descends from."""
-    from taskstate.client._config import _ancestors
-
-    for pid in _ancestors(os.getpid()):
-        try:
-            if Path(f"/proc/{pid}/comm").read_text().strip() == "java":
-                return pid
-        except OSError:
-            continue
-    return None
-
-
-def maybe_fault(opts: JobOptions, batch: int, part: int) -> None:
-    """Strike the configured fault in partition 0 of the chosen batch (once per run)."""
-    if part != 0 or not opts.fault_dir:
-        return
-    if batch == opts.kill_worker_at and once(opts.fault_dir, "worker-killed"):
-        os.kill(os.getpid(), signal.SIGKILL)  # after the commit, before Spark has the output
-    if batch == opts.pause_at and once(opts.fault_dir, "paused"):
-        (Path(opts.fault_dir) / "executor-pid").write_text(str(_executor_pid() or ""))
-        time.sleep(3600)  # the test kills the query or the executor now
-    if batch == opts.hold_at and once(opts.fault_dir, "held"):
-        # the test breaks something outside Spark (e.g. fails Redis over), then releases us
-        release = Path(opts.fault_dir) / "release"
-        deadline = time.monotonic() + 300
-        while not release.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
 
 
 # -- the APIs ---------------------------------------------------------------------------
