@@ -10,7 +10,7 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from .jobs import JobOptions
@@ -54,3 +54,107 @@ def maybe_fault(opts: JobOptions, batch: int, part: int) -> None:
         deadline = time.monotonic() + 300
         while not release.exists() and time.monotonic() < deadline:
             time.sleep(0.05)
+
+
+# -- faults around the executor plugin's flush of held group changes -------------------
+
+GROUP_FAULTS = ("worker", "sidecar", "redis", "executor", "restart")
+"""What `--group-faults` can strike in partition 0 of a batch of applyInPandasWithState:
+
+- `worker`: the Python worker SIGKILLs itself when the flush asks for its held changes
+  (after its last group, before its task is reported done);
+- `sidecar`: the worker SIGKILLs its executor's sidecar right after the sidecar recorded
+  that the worker holds changes of the attempt (accepted, not yet applied);
+- `redis`: Redis stalls (DEBUG SLEEP) for longer than the sidecar's deadline as the flush
+  begins;
+- `executor`, `restart`: the worker sleeps in the flush, with its executor's pid in
+  `flush-<kind>.pid`, while the test kills the executor JVM or the whole query.
+"""
+
+REDIS_STALL_S = 6  # longer than the --redis-deadline the tests give the plugin's sidecars
+
+
+def parse_group_faults(text: str) -> tuple[tuple[int, str], ...]:
+    """`"1:worker,2:sidecar"` -> ((1, "worker"), (2, "sidecar"))."""
+    plan = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        batch, _, kind = item.partition(":")
+        if not batch.isdigit() or kind not in GROUP_FAULTS:
+            raise ValueError(
+                f"bad group fault {item!r}: expected BATCH:KIND, "
+                f"KIND one of {', '.join(GROUP_FAULTS)}"
+            )
+        plan.append((int(batch), kind))
+    return tuple(plan)
+
+
+_ARMED: dict[int, tuple[str, JobOptions]] = {}  # task attempt -> the fault at its flush
+_FLUSH: list[Any] = []  # the buffer's own flush, once wrapped
+
+
+def maybe_group_fault(opts: JobOptions, s: Any, batch: int, part: int) -> None:
+    """After a group block of partition 0 in a faulted batch: strike or arm the fault.
+
+    Only once the block's changes are held for the flush (the attempt's later groups).
+    """
+    kind = dict(opts.group_faults).get(batch) if part == 0 and opts.fault_dir else None
+    session = getattr(s, "_session", None)
+    if kind is None or session is None or not session.deferred:
+        return
+    if kind == "sidecar":
+        if once(opts.fault_dir, "group-sidecar"):
+            for pid in sidecars_of(executor_pid() or -1):
+                os.kill(pid, signal.SIGKILL)
+        return
+    from taskstate.client._buffer import buffer
+
+    if not _FLUSH:  # wrap this worker's flush once; the Attach thread calls it by name
+        _FLUSH.append(buffer.flush)
+        buffer.flush = _flush_with_fault  # type: ignore[method-assign]
+    _ARMED[s._ident.task_attempt] = (kind, opts)  # noqa: SLF001 - our own harness
+
+
+def _flush_with_fault(attempt: int) -> Any:
+    armed = _ARMED.pop(attempt, None)
+    if armed is not None:
+        _strike_at_flush(*armed)
+    return _FLUSH[0](attempt)
+
+
+def _strike_at_flush(kind: str, opts: JobOptions) -> None:
+    marker = f"flush-{kind}"
+    if not once(opts.fault_dir, marker):
+        return
+    if kind == "worker":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif kind == "redis":
+        import threading
+
+        import redis
+
+        client = redis.Redis.from_url(opts.redis_url)
+        threading.Thread(
+            target=lambda: client.execute_command("DEBUG", "SLEEP", REDIS_STALL_S),  # type: ignore[no-untyped-call]
+            daemon=True,
+        ).start()
+        time.sleep(0.3)  # Redis is asleep before the flush's commit reaches it
+    else:  # executor, restart: the test kills it now
+        (Path(opts.fault_dir) / f"{marker}.pid").write_text(str(executor_pid() or ""))
+        time.sleep(3600)
+
+
+def sidecars_of(executor: int) -> list[int]:
+    """Pids of the sidecars the executor plugin started for JVM `executor`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"taskstate.sidecar" in args and b"--parent-pid" in args:
+            i = args.index(b"--parent-pid")
+            if i + 1 < len(args) and args[i + 1] == str(executor).encode():
+                found.append(int(entry.name))
+    return found

@@ -33,7 +33,7 @@ from typing import Any
 
 from taskstate.sidecar.storage.redis.keys import data_key
 
-from .faults import maybe_fault
+from .faults import maybe_fault, maybe_group_fault, parse_group_faults
 
 COMPONENT = "running-totals"
 SOURCE_NAME = "taskstate_example_events"
@@ -144,6 +144,8 @@ class JobOptions:
     pause_at: int = -1
     hold_at: int = -1
     fault_dir: str = ""
+    group_faults: tuple[tuple[int, str], ...] = ()  # (batch, kind): see faults.GROUP_FAULTS
+    redis_url: str = ""  # for the `redis` group fault
 
     def open(self, ctx: Any, part: int) -> Any:
         """The state for this task: a TaskState (entered) or the worker's plain dict."""
@@ -256,6 +258,7 @@ def _update_frames(opts: JobOptions, frames: Iterator[Any]) -> Any:
     rows = apply_events(s, events, batch, part)
     close(s)
     record_deferred(opts, s)
+    maybe_group_fault(opts, s, batch, part)
     maybe_fault(opts, batch, part)
     return pd.DataFrame(rows, columns=OUT_COLUMNS)
 
@@ -456,6 +459,9 @@ def spark_session(args: argparse.Namespace) -> Any:
             .config("spark.taskstate.python", sys.executable)
             .config("spark.executor.memory", "768m")
         )
+    for setting in args.conf or ():
+        key, _, value = setting.partition("=")
+        b = b.config(key, value)
     return b.getOrCreate()
 
 
@@ -469,9 +475,14 @@ def run_query(args: argparse.Namespace) -> int:
         pause_at=args.pause_at,
         hold_at=args.hold_at,
         fault_dir=args.fault_dir,
+        group_faults=parse_group_faults(args.group_faults or ""),
+        redis_url=args.redis_url or "",
     )
     spark = spark_session(args)
     spark.sparkContext.setLogLevel("ERROR")
+    if args.fault_dir:  # where a test finds the executors' logs (local-cluster)
+        with open(Path(args.fault_dir) / "app-ids", "a") as ids:
+            ids.write(spark.sparkContext.applicationId + "\n")
     register_source(spark)
     events = (
         spark.readStream.format(SOURCE_NAME)
@@ -578,6 +589,21 @@ def expected_state(batches: int, events_per_batch: int, keys: int) -> dict[str, 
         st["count"] += 1
         st["total"] += value_of(i)
     return state
+
+
+def expected_rows(batches: int, events_per_batch: int, keys: int) -> list[tuple[Any, ...]]:
+    """The output rows computed without Spark, without their partition id.
+
+    (batch, event_id, key, count, total): each event counted once, in event order.
+    """
+    state: dict[str, list[int]] = {}
+    rows = []
+    for i in range(batches * events_per_batch):
+        st = state.setdefault(key_of(i, keys), [0, 0])
+        st[0] += 1
+        st[1] += value_of(i)
+        rows.append((i // events_per_batch, i, key_of(i, keys), st[0], st[1]))
+    return rows
 
 
 def state_from_rows(rows: list[tuple[Any, ...]]) -> dict[str, Any]:

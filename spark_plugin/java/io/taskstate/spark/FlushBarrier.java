@@ -131,9 +131,9 @@ final class FlushBarrier {
   private void failStop(long[] task, String why) {
     String message = "taskstate FAIL-STOP: task attempt " + task[0] + " (stage " + task[2]
         + ", partition " + task[3] + ") succeeded, but its state changes could not be made "
-        + "durable: " + why + ". This executor stops now, before the task is reported done; "
-        + "Spark runs the task again and its retry rolls the batch back (nothing is lost or "
-        + "counted twice). See docs/operations.md, \"Fail-stops\".";
+        + "durable: " + why.replaceAll("[.\\s]+$", "") + ". This executor stops now, before "
+        + "the task is reported done; Spark runs the task again and its retry rolls the "
+        + "batch back (nothing is lost or counted twice). See docs/operations.md, \"Fail-stops\".";
     LOG.error(message);
     System.err.println(message);
     System.err.flush();
