@@ -82,6 +82,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(default: 5000, or half of --redis-deadline when that is shorter)",
     )
     p.add_argument(
+        "--allow-volatile-redis",
+        action="store_true",
+        help="do not warn at start about a Redis that can lose state by itself (no "
+        "persistence, or an allkeys-* eviction policy): for throwaway setups such as the demo",
+    )
+    p.add_argument(
         "--parent-pid",
         type=int,
         default=None,
@@ -210,6 +216,7 @@ def from_args(ns: argparse.Namespace) -> SidecarConfig:
         durability_timeout_ms=ns.durability_timeout_ms,
         log_level=ns.log_level,
         parent_pid=ns.parent_pid,
+        allow_volatile_redis=ns.allow_volatile_redis,
         barrier=ns.barrier,
         flush_timeout_s=ns.flush_timeout,
         metrics_port=ns.metrics_port,

@@ -22,8 +22,9 @@ from .auth import Authorizer
 from .flush import DEFAULT_FLUSH_TIMEOUT_S, BarrierServer, FlushCoordinator
 from .retry import RetryPolicy, is_permanent_connection_error
 from .service import SERVICE_NAME, Limits, TaskStateServicer, add_to_server
-from .storage.base import Storage
+from .storage.base import Durability, Storage
 from .storage.connect import RedisSettings, RedisUrlError, redact
+from .storage.redis.safety import EVICTION, PERSISTENCE
 from .storage.redis.store import RedisStorage
 
 log = logging.getLogger("taskstate.sidecar")
@@ -45,6 +46,8 @@ class SidecarConfig:
     durability_timeout_ms: int | None = None  # None: 5000, or half the deadline
     log_level: str = "info"
     parent_pid: int | None = None
+    # no start-up warning about a Redis that can lose state (storage/redis/safety.py)
+    allow_volatile_redis: bool = False
     # Secrets and TLS files beside the URL; None: the URL alone.
     redis: RedisSettings | None = None
     health_interval_s: float = 1.0
@@ -186,6 +189,26 @@ class Sidecar:
             log.info("redis reachable again: health is SERVING")
         return True
 
+    async def _warn_if_redis_can_lose_state(self) -> None:
+        """Log a warning for each way this Redis can lose state by itself (doctor's checks)."""
+        try:
+            report = await asyncio.wait_for(
+                self.storage.doctor(Durability(0, False)), timeout=self._ping_timeout()
+            )
+        except Exception as exc:  # only a warning: never stop the sidecar for it
+            log.info("could not check Redis persistence", extra={"error": repr(exc)})
+            return
+        for c in report.checks:
+            if c.name in (PERSISTENCE, EVICTION) and not c.ok:
+                log.warning(
+                    "redis can lose task state",
+                    extra={
+                        "check": c.name,
+                        "detail": c.detail,
+                        "silence_with": "--allow-volatile-redis",
+                    },
+                )
+
     def _ping_timeout(self) -> float:
         return min(5.0, self.config.redis_deadline_s)
 
@@ -220,6 +243,8 @@ class Sidecar:
         back); Redis that refuses the credentials or the certificate is (ConfigError).
         """
         reachable = await self._redis_reachable()
+        if reachable and not self.config.allow_volatile_redis:
+            await self._warn_if_redis_can_lose_state()
         for spec in self.config.listen:
             addr, path = _listen_address(spec)
             if path is not None:

@@ -345,7 +345,9 @@ class Demo:
             url = self.redis.url
         self.redis_url = url
         (self.workdir / "sidecar").mkdir(parents=True, exist_ok=True)
-        self.sidecar = SidecarProcess(url, self.workdir / "sidecar" / "sidecar.sock")
+        # a private Redis is throwaway: no warning that it keeps nothing on disk
+        extra = [] if self.a.redis_url else ["--allow-volatile-redis"]
+        self.sidecar = SidecarProcess(url, self.workdir / "sidecar" / "sidecar.sock", extra=extra)
         self.sidecar.start()
         self.say(f"sidecar ready on {self.sidecar.target}")
 

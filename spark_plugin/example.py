@@ -217,7 +217,11 @@ def orchestrate(ns: argparse.Namespace) -> int:
             print("starting a private redis-server ...", flush=True)
             redis_server = RedisServer(workdir / "redis").start()
             redis_url = redis_server.url
-        sidecar = SidecarProcess(redis_url, workdir / "sidecar" / "sidecar.sock")
+        sidecar = SidecarProcess(
+            redis_url,
+            workdir / "sidecar" / "sidecar.sock",
+            extra=[] if ns.redis_url else ["--allow-volatile-redis"],  # a throwaway Redis
+        )
         (workdir / "sidecar").mkdir(exist_ok=True)
         sidecar.start()
         print(f"sidecar: {sidecar.ready_line}", flush=True)

@@ -195,12 +195,18 @@ def test_show_and_import_refuse_bad_input_clearly(
 def test_doctor_names_each_problem_and_exits_nonzero(
     redis_server: RedisServer, sidecar: SidecarProcess, tmp_path: Path
 ) -> None:
-    ok = cli("doctor", "--json", sidecar=sidecar)
-    report = json.loads(ok.stdout)
-    assert report["ok"] and report["topology"] == "standalone"
+    # the fixture's Redis keeps nothing on disk (appendonly no, save ""): a restart would
+    # lose every task's state, so doctor fails and says what to change
+    r = cli("doctor", "--json", sidecar=sidecar, check=1)
+    report = json.loads(r.stdout)
+    assert not report["ok"] and report["topology"] == "standalone"
     assert report["servers"][0]["version"].startswith("7.")
+    checks = {c["name"]: c for c in report["checks"]}
+    assert not checks["persistence"]["ok"], checks
+    assert "appendonly yes" in checks["persistence"]["detail"]
+    assert checks["eviction"]["ok"] and checks["durability applied"]["ok"], checks
 
-    # durability fsynced on a Redis without persistence (the fixture runs appendonly no)
+    # durability fsynced on a Redis without persistence
     r = cli("doctor", "--durability", "fsynced", sidecar=sidecar, check=1)
     assert "[FAIL] durability fsynced" in r.stdout and "appendonly" in r.stdout
     r = cli("doctor", "--durability", "replicated:1", sidecar=sidecar, check=1)
@@ -230,3 +236,47 @@ def test_doctor_names_each_problem_and_exits_nonzero(
     finally:
         side.kill()
         dead.stop()
+
+
+def test_doctor_passes_on_aof_with_noeviction_and_fails_on_an_evicting_policy(
+    tmp_path: Path,
+) -> None:
+    with RedisServer(tmp_path / "aof", appendonly=True) as aof:
+        side = SidecarProcess(aof.url, tmp_path / "aof.sock").start()
+        try:
+            r = cli("doctor", sidecar=side)
+            assert "[ok] persistence: append-only file" in r.stdout, r.stdout
+            assert "[ok] eviction: noeviction" in r.stdout, r.stdout
+            aof.client().config_set("maxmemory-policy", "allkeys-lru")
+            r = cli("doctor", sidecar=side, check=1)
+            assert "[FAIL] eviction" in r.stdout and "allkeys-lru" in r.stdout, r.stdout
+            assert "maxmemory-policy noeviction" in r.stdout
+            aof.client().config_set("maxmemory-policy", "volatile-lru")  # no TTL: not ours
+            assert "[ok] eviction: volatile-lru" in cli("doctor", sidecar=side).stdout
+        finally:
+            side.kill()
+
+
+def test_the_sidecar_warns_at_start_about_a_redis_that_can_lose_state(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """Unless told that the Redis is throwaway (--allow-volatile-redis)."""
+    c = redis_server.client()
+    c.config_set("maxmemory-policy", "allkeys-lfu")
+    try:
+        side = SidecarProcess(redis_server.url, tmp_path / "warn.sock").start()
+        quiet = SidecarProcess(
+            redis_server.url, tmp_path / "quiet.sock", extra=["--allow-volatile-redis"]
+        ).start()
+        side.kill()
+        quiet.kill()
+    finally:
+        c.config_set("maxmemory-policy", "noeviction")
+    warnings = [
+        json.loads(line)
+        for line in side.log_path.read_text().splitlines()
+        if "redis can lose task state" in line
+    ]
+    assert {w["check"] for w in warnings} == {"persistence", "eviction"}, warnings
+    assert all(w["level"] == "warning" for w in warnings), warnings
+    assert "redis can lose task state" not in quiet.log_path.read_text()

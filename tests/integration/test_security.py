@@ -230,7 +230,9 @@ def test_operator_commands_honour_tokens(
     r = cli(side, job_a, "import", str(dump), "--replace", check=1)
     assert "may not import into it" in r.stderr
     assert snapshot(redis_server, ns_b) == before_b
-    assert cli(side, job_a, "doctor", check=0).returncode == 0  # any valid token
+    # any valid token may run doctor (it fails here only because the fixture's Redis
+    # keeps nothing on disk)
+    assert "[ok] redis reachable" in cli(side, job_a, "doctor", check=1).stdout
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,7 @@ from ..connect import RedisSettings, redact
 from .durability import DurabilityWaits, text
 from .keys import index_key, task_keys
 from .routing import Connection
+from .safety import ServerSafety, eviction_check, persistence_check
 from .scan import ServerChangedError, hscan_pages
 
 
@@ -231,6 +232,7 @@ class RedisAdmin:
             fsyncs = [text(c.get("appendfsync") or c.get(b"appendfsync")) for c in configs]
         except rex.ResponseError:  # the sidecar's user may not run CONFIG
             fsyncs = ["?"] * len(infos)
+        saves = await self._config_values("save", len(infos))
         if conn.kind == "cluster":  # each_server went through the primaries in this order
             addresses = [f"{n.host}:{n.port}" for n in conn.client.get_primaries()]
         else:
@@ -248,7 +250,28 @@ class RedisAdmin:
         ]
         checks = [Check("redis reachable", True, f"{len(servers)} primary server(s) answered")]
         checks.append(await self._waits.doctor_check(durability, servers))
+        safety = [
+            ServerSafety(
+                address=s.address,
+                aof_enabled=s.aof_enabled,
+                rdb_save=save,
+                maxmemory_policy=str(info["maxmemory_policy"])
+                if "maxmemory_policy" in info
+                else None,
+            )
+            for s, info, save in zip(servers, infos, saves, strict=False)
+        ]
+        checks += [persistence_check(safety), eviction_check(safety)]
         return DoctorReport(topology=conn.kind, servers=servers, checks=checks)
+
+    async def _config_values(self, name: str, n: int) -> list[str | None]:
+        """CONFIG GET `name` on every server; None where CONFIG is refused."""
+        conn = self._conn
+        try:
+            configs = await conn.run("doctor", lambda: conn.each_server("CONFIG", "GET", name))
+        except rex.ResponseError:
+            return [None] * n
+        return [text(c.get(name) if name in c else c.get(name.encode(), "")) for c in configs]
 
     async def ping(self) -> None:
         """Raise when Redis (every primary of a cluster) cannot be reached."""
