@@ -70,6 +70,15 @@ class CorruptStateError(TaskStateError):
     code = codes.CORRUPT_STATE
 
 
+class StateLostError(TaskStateError):
+    """Redis lost state that taskstate wrote; the task refuses to start over silently.
+
+    Evicted, deleted, flushed, a restart without persistence, a failover.
+    """
+
+    code = codes.STATE_LOST
+
+
 class SidecarUnavailableError(TaskStateError, ConnectionError):
     """The sidecar could not be reached within the deadline."""
 
@@ -123,6 +132,7 @@ ERROR_BY_CODE: dict[str, type[TaskStateError]] = {
         StateAheadError,
         DurabilityError,
         CorruptStateError,
+        StateLostError,
         SidecarUnavailableError,
         StorageUnavailableError,
         NotFoundError,

@@ -18,6 +18,7 @@ CODEC = "CODEC"
 DURABILITY = "DURABILITY"
 LIMIT = "LIMIT"
 CORRUPT_STATE = "CORRUPT_STATE"
+STATE_LOST = "STATE_LOST"  # Redis lost state that taskstate wrote (evicted, flushed, ...)
 INTERNAL = "INTERNAL"
 # operator commands (taskstate show/export/import)
 NOT_FOUND = "NOT_FOUND"
@@ -39,6 +40,7 @@ ALL = frozenset(
         DURABILITY,
         LIMIT,
         CORRUPT_STATE,
+        STATE_LOST,
         INTERNAL,
         NOT_FOUND,
         ALREADY_EXISTS,

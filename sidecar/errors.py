@@ -19,6 +19,7 @@ _STATUS_BY_CODE: dict[str, grpc.StatusCode] = {
     codes.STATE_AHEAD: grpc.StatusCode.FAILED_PRECONDITION,
     codes.DURABILITY: grpc.StatusCode.FAILED_PRECONDITION,
     codes.CORRUPT_STATE: grpc.StatusCode.DATA_LOSS,
+    codes.STATE_LOST: grpc.StatusCode.DATA_LOSS,
     codes.STORAGE_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     codes.INTERNAL: grpc.StatusCode.INTERNAL,
     codes.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
@@ -99,6 +100,47 @@ def corrupt(fq: str, what: str) -> SidecarError:
         f"task {fq}: stored metadata is not what taskstate wrote ({what}). Nothing was "
         f"changed. Operator action: inspect it with `taskstate show {fq}`, then restore "
         "Redis from a backup or drop the task's state.",
+    )
+
+
+_LOST_ACTION = (
+    "Nothing was changed. Operator action: restore the task from an export "
+    "(`taskstate import FILE --replace`), or accept the loss and start it empty "
+    "(`taskstate drop {fq} --yes`); then make Redis keep its data (`taskstate doctor`: "
+    'persistence, eviction; docs/operations.md, "State that Redis lost").'
+)
+
+
+def state_lost_part(fq: str, what: str, detail: list[str], batch: object) -> SidecarError:
+    """Half of a task is gone: its data (metadata left) or its metadata (data left)."""
+    if what == "data":
+        stored_batch, size = (detail + ["?", "?"])[:2]
+        lost = (
+            f"its metadata says batch {stored_batch} and {size} key(s), but its data is gone "
+            "from Redis (evicted, deleted, or lost in a restart or failover)"
+        )
+    else:
+        keys = detail[0] if detail else "?"
+        lost = (
+            f"{keys} key(s) of its data are in Redis without the metadata that says which "
+            "batch they hold (lost in eviction, deletion, a restart or failover); opened "
+            "as they are, a replay could count a batch twice"
+        )
+    running = "" if batch is None else f" (Spark runs batch {batch})"
+    return SidecarError(
+        codes.STATE_LOST,
+        f"task {fq}: {lost}{running}. " + _LOST_ACTION.format(fq=fq),
+    )
+
+
+def state_lost_task(fq: str, batch: object) -> SidecarError:
+    """The namespace's index records the task, and none of its keys are left."""
+    running = "" if batch is None else f" (Spark runs batch {batch})"
+    return SidecarError(
+        codes.STATE_LOST,
+        f"task {fq}: the namespace's index says this task had state, but none of its keys "
+        f"are in Redis any more{running}: its state was lost, not new. "
+        + _LOST_ACTION.format(fq=fq),
     )
 
 

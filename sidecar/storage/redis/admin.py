@@ -100,6 +100,15 @@ class RedisAdmin:
         client = self._conn.client
         await self._conn.run("index", lambda: client.sadd(index_key(task.namespace), member))
 
+    async def _indexed(self, task: TaskKey) -> bool:
+        """Whether the namespace's index records the task (it had state once)."""
+        member = f"{task.component}/{task.partition}"
+        client = self._conn.client
+        found = await self._conn.run(
+            "index", lambda: client.sismember(index_key(task.namespace), member)
+        )
+        return bool(found)
+
     async def _members(self, namespace: str, component: str | None) -> list[TaskKey]:
         client = self._conn.client
         raw = await self._conn.run("list", lambda: client.smembers(index_key(namespace)))

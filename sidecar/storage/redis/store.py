@@ -68,6 +68,9 @@ def script_error(
         return errors.codec_mismatch(task.fq, detail, codec)
     if kind == "TSCORRUPT":
         return errors.corrupt(task.fq, detail)
+    if kind == "TSLOST":
+        what, _, rest = detail.partition(" ")
+        return errors.state_lost_part(task.fq, what, rest.split(), batch)
     return exc
 
 
@@ -119,13 +122,22 @@ class RedisStorage(RedisAdmin):
             writer,
             codec,
             attempt,
+            "1",  # a task with no keys: TSNEW, so that the index is asked first
         ]
 
         async def call() -> Any:
             return await self._conn.evalsha("open", keys, args)
 
         try:
-            r = await self._conn.run("open", call)
+            try:
+                r = await self._conn.run("open", call)
+            except rex.ResponseError as exc:
+                if str(exc) != "TSNEW":
+                    raise
+                if await self._indexed(task):  # it had state once: all of it is gone
+                    raise errors.state_lost_task(task.fq, batch) from None
+                args[-1] = "0"  # new indeed
+                r = await self._conn.run("open", call)
         except rex.ResponseError as exc:
             raise script_error(task, exc, batch, codec) from None
         await self._index(task)

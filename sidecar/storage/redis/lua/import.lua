@@ -43,4 +43,6 @@ while i <= #ARGV do
   redis.call('HSET', data, unpack(ARGV, i, stop))
   i = stop + 1
 end
-return {epoch, redis.call('HLEN', data)}
+local size = redis.call('HLEN', data)
+redis.call('HSET', meta, 'size', string.format('%d', size))  -- open.lua: data lost?
+return {epoch, size}
