@@ -8,6 +8,7 @@ or delta Restore, by the reuse rules below.
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 from collections.abc import Callable
@@ -308,10 +309,15 @@ def same_generation(held: Session, version: str) -> bool:
     return bool(gen) and gen == version.partition(":")[0]
 
 
+@functools.cache
+def _host() -> str:
+    return socket.gethostname()  # a system call: once per process, not once per block
+
+
 def writer_of(ident: TaskIdentity) -> pb.Writer:
     """Who writes: recorded with each Open and Commit for operators."""
     return pb.Writer(
-        host=socket.gethostname(),
+        host=_host(),
         executor=os.environ.get("SPARK_EXECUTOR_ID", ""),
         attempt=ident.attempt,
         pid=os.getpid(),

@@ -385,11 +385,28 @@ class TaskState(MutableMapping[str, Any]):
         return {k: self[k] for k in keys if k in self}
 
     def __getitem__(self, key: str) -> Any:
-        self._require_open()
-        value = self._lookup(key)
+        value = self.get(key, MISSING)
         if value is MISSING:
             raise KeyError(key)
-        if is_mutable(value) and key not in self._written and key not in self._snap:
+        return value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of `key`, or `default` (Mapping.get without the KeyError round trip)."""
+        if self.phase is not Phase.OPEN:
+            self._require_open()
+        value = self._data.get(key, MISSING)
+        if value is MISSING:
+            if self._complete:
+                return default
+            value = self._lookup(key)
+            if value is MISSING:
+                return default
+        if (
+            value.__class__ not in SCALARS
+            and is_mutable(value)
+            and key not in self._written
+            and key not in self._snap
+        ):
             self._snap[key] = self._codec.encode(self.task_id, key, value)
         return value
 
