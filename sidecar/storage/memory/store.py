@@ -196,6 +196,16 @@ class MemoryStorage:
                 t.prev_batch = t.batch
                 t.prev_position = t.position
                 t.batch = batch
+            elif t.undo_copy is None and 0 < len(t.data) <= 4 * changes:
+                # commit.lua too: a large change set later in the batch turns it to copy
+                # mode (the data with the record applied is the state before the batch)
+                before = dict(t.data)
+                for k, old in t.undo.items():
+                    if old is _ABSENT:
+                        before.pop(k, None)
+                    else:
+                        before[k] = old
+                t.undo_copy, t.undo_n, t.undo = before, len(t.undo), {}
             if t.undo_copy is not None:
                 t.undo_n += changes
             else:

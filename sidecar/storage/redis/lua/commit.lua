@@ -20,6 +20,8 @@
 -- behind, and the next logged commit starts the log afresh). Meta log_n counts its keys;
 -- past LOG_MAX(size) the oldest versions go, raising log_floor: a worker whose cached
 -- version is below the floor restores in full. Logging costs one HSET of one string.
+-- A batch in fields mode turns to copy mode when a later change set is as large (the
+-- data with the record applied is the state before the batch).
 -- Returns {version, size, base version (the version this change set was applied on)}.
 -- Errors: TSFENCED <epoch>, TSAHEAD <last>, TSCORRUPT <what>.
 -- An error writes nothing.
@@ -71,6 +73,26 @@ if has_batch then
       'prev_pos', prev_pos, 'batch', ARGV[2], 'undo_mode', mode, 'undo_n', '0')
     m[7] = mode
     fresh = true
+  end
+  if m[7] == 'fields' and not fresh then
+    local size = redis.call('HLEN', data)
+    if size > 0 and size <= 4 * nchanges then
+      -- A large change set late in the batch (a flush of held group changes after a
+      -- small first commit): recording its keys one by one would cost more than a copy
+      -- of the state as it was before the batch, which is the data with the record
+      -- applied. From here on the batch is in copy mode.
+      local u = redis.call('HGETALL', undo)
+      redis.call('COPY', data, undo, 'REPLACE')
+      for j = 1, #u, 2 do
+        if u[j + 1] == '' then
+          redis.call('HDEL', undo, u[j])
+        else
+          redis.call('HSET', undo, u[j], u[j + 1])
+        end
+      end
+      redis.call('HSET', meta, 'undo_mode', 'copy', 'undo_n', string.format('%d', #u / 2))
+      m[7] = 'copy'
+    end
   end
   if m[7] == 'copy' then
     redis.call('HINCRBY', meta, 'undo_n', nchanges)
