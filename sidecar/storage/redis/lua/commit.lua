@@ -83,13 +83,7 @@ if has_batch then
       -- applied. From here on the batch is in copy mode.
       local u = redis.call('HGETALL', undo)
       redis.call('COPY', data, undo, 'REPLACE')
-      for j = 1, #u, 2 do
-        if u[j + 1] == '' then
-          redis.call('HDEL', undo, u[j])
-        else
-          redis.call('HSET', undo, u[j], u[j + 1])
-        end
-      end
+      apply_record(undo, u)  -- prelude.lua
       redis.call('HSET', meta, 'undo_mode', 'copy', 'undo_n', string.format('%d', #u / 2))
       m[7] = 'copy'
     end

@@ -100,15 +100,7 @@ if has_batch and last == batch and last >= 0 then
     logged = false
   else
     local u = redis.call('HGETALL', undo)
-    local undone = {}
-    for i = 1, #u, 2 do
-      if u[i + 1] == '' then
-        redis.call('HDEL', data, u[i])
-      else
-        redis.call('HSET', data, u[i], u[i + 1])
-      end
-      undone[#undone + 1] = u[i]
-    end
+    local undone = apply_record(data, u)  -- prelude.lua
     nrolled = #u / 2
     if logged then
       local nv = string.format('%d', newver)

@@ -11,3 +11,18 @@ local function not_hashes(keys)
   end
   return nil
 end
+
+-- apply_record(hash, rec): apply a fields-mode rollback record (its HGETALL reply: key,
+-- value before the batch, ...; '' when the key did not exist) to a hash; returns its keys.
+local function apply_record(hash, rec)
+  local ks = {}
+  for i = 1, #rec, 2 do
+    if rec[i + 1] == '' then
+      redis.call('HDEL', hash, rec[i])
+    else
+      redis.call('HSET', hash, rec[i], rec[i + 1])
+    end
+    ks[#ks + 1] = rec[i]
+  end
+  return ks
+end
