@@ -111,6 +111,10 @@ _LOST_ACTION = (
 )
 
 
+def _running(batch: object) -> str:
+    return "" if batch is None else f" (Spark runs batch {batch})"
+
+
 def state_lost_part(fq: str, what: str, detail: list[str], batch: object) -> SidecarError:
     """Half of a task is gone: its data (metadata left) or its metadata (data left)."""
     if what == "data":
@@ -126,20 +130,18 @@ def state_lost_part(fq: str, what: str, detail: list[str], batch: object) -> Sid
             "batch they hold (lost in eviction, deletion, a restart or failover); opened "
             "as they are, a replay could count a batch twice"
         )
-    running = "" if batch is None else f" (Spark runs batch {batch})"
     return SidecarError(
         codes.STATE_LOST,
-        f"task {fq}: {lost}{running}. " + _LOST_ACTION.format(fq=fq),
+        f"task {fq}: {lost}{_running(batch)}. " + _LOST_ACTION.format(fq=fq),
     )
 
 
 def state_lost_task(fq: str, batch: object) -> SidecarError:
     """The namespace's index records the task, and none of its keys are left."""
-    running = "" if batch is None else f" (Spark runs batch {batch})"
     return SidecarError(
         codes.STATE_LOST,
         f"task {fq}: the namespace's index says this task had state, but none of its keys "
-        f"are in Redis any more{running}: its state was lost, not new. "
+        f"are in Redis any more{_running(batch)}: its state was lost, not new. "
         + _LOST_ACTION.format(fq=fq),
     )
 

@@ -153,8 +153,7 @@ def sidecars_of(executor: int) -> list[int]:
             args = (entry / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"taskstate.sidecar" in args and b"--parent-pid" in args:
-            i = args.index(b"--parent-pid")
-            if i + 1 < len(args) and args[i + 1] == str(executor).encode():
-                found.append(int(entry.name))
+        # the plugin starts them with --parent-pid <executor>
+        if b"taskstate.sidecar" in args and str(executor).encode() in args:
+            found.append(int(entry.name))
     return found

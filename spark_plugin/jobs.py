@@ -13,9 +13,9 @@ APIs (`--api`):
 - `foreachBatch-foreachPartition`: `foreachBatch` + `foreachPartition`, whose tasks write
   their rows themselves (one file per partition, replaced by a retry).
 
-Faults (faults.py) strike in partition 0 of batch k, right after that task's commit: `worker` kills
-the Python worker; `pause` makes it sleep so the test can kill the whole query or, with
-the executor's pid in a marker file, the executor JVM.
+Faults (faults.py) strike in partition 0 of batch k, right after that task's commit:
+`worker` kills the Python worker; `pause` makes it sleep so the test can kill the whole
+query or, with the executor's pid in a marker file, the executor JVM.
 """
 
 from __future__ import annotations
@@ -176,7 +176,12 @@ def record_open(opts: JobOptions, s: Any) -> None:
         "delta": i.delta, "on_demand": i.on_demand, "restored": i.restored,
         "restored_keys": i.restored_keys,
     })  # fmt: skip
-    fd = os.open(Path(opts.fault_dir) / "opens.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    _append_line(Path(opts.fault_dir) / "opens.jsonl", line)
+
+
+def _append_line(path: Path, line: str) -> None:
+    """One line, appended in one write (the workers of a run share the file)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
         os.write(fd, (line + "\n").encode())
     finally:
@@ -200,11 +205,7 @@ def record_deferred(opts: JobOptions, s: Any) -> None:
     _DEFERRED.add(attempt)
     line = json.dumps({"batch": s.batch_id, "part": s.partition, "pid": os.getpid(),
                        "task_attempt": attempt})  # fmt: skip
-    fd = os.open(Path(opts.fault_dir) / "deferred.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    try:
-        os.write(fd, (line + "\n").encode())
-    finally:
-        os.close(fd)
+    _append_line(Path(opts.fault_dir) / "deferred.jsonl", line)
 
 
 def close(s: Any) -> None:

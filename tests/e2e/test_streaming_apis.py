@@ -9,7 +9,6 @@ The plain-dict twin of the job under fault (a) diverges: proof that the checks c
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from pathlib import Path
@@ -20,6 +19,7 @@ import redis
 
 from taskstate.sidecar.storage.redis.keys import meta_key
 from taskstate.spark_plugin.example import Runner, build_parser
+from taskstate.spark_plugin.faults import sidecars_of
 from taskstate.spark_plugin.jobs import (
     APIS,
     COMPONENT,
@@ -133,19 +133,11 @@ def test_no_sidecar_of_a_killed_executor_remains(runs: dict[str, Any]) -> None:
     deadline = time.monotonic() + 10
     for pid in runs["killed_executors"]:
         while True:
-            left = [p for p in os.listdir("/proc") if p.isdigit() and _is_sidecar_of(p, pid)]
+            left = sidecars_of(pid)
             if not left or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         assert left == [], f"sidecars of killed executor {pid} still run: {left}"
-
-
-def _is_sidecar_of(proc: str, executor_pid: int) -> bool:
-    try:
-        args = Path(f"/proc/{proc}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return b"taskstate.sidecar" in args and str(executor_pid).encode() in args
 
 
 def test_query_killed_and_restarted_from_checkpoint_equals_golden(

@@ -16,7 +16,7 @@ from taskstate.client import LocalContext, StateLostError, TaskState
 from taskstate.sidecar.storage.redis.keys import data_key, meta_key
 from taskstate.testing import RedisServer, SidecarProcess
 
-from .conftest import snapshot
+from .conftest import snapshot, stored
 
 
 def run_batch(side: SidecarProcess, ns: str, batch: int, keys: int = 200) -> None:
@@ -45,10 +45,6 @@ def drop(side: SidecarProcess, task: str) -> None:
     subprocess.run(cmd, check=True, capture_output=True, timeout=60)  # noqa: S603
 
 
-def state(r: RedisServer, ns: str) -> dict[bytes, bytes]:
-    return r.client().hgetall(data_key(ns, "c", 0))
-
-
 def test_metadata_whose_data_is_gone_is_refused(
     sidecar: SidecarProcess, redis_server: RedisServer, namespace: str
 ) -> None:
@@ -61,7 +57,7 @@ def test_metadata_whose_data_is_gone_is_refused(
     # the explicit reset: the task starts empty at the batch Spark runs
     drop(sidecar, f"{namespace}/c/0")
     run_batch(sidecar, namespace, 3)
-    assert len(state(redis_server, namespace)) == 200
+    assert len(stored(redis_server, namespace)) == 200
 
 
 def test_data_without_its_metadata_is_refused(
@@ -74,7 +70,7 @@ def test_data_without_its_metadata_is_refused(
     assert "200 key(s) of its data are in Redis without the metadata" in message
     drop(sidecar, f"{namespace}/c/0")
     run_batch(sidecar, namespace, 3)
-    assert state(redis_server, namespace)[b"k0"] == b"4"  # started empty, on purpose
+    assert stored(redis_server, namespace)["k0"] == b"4"  # started empty, on purpose
 
 
 def test_a_task_the_index_knows_with_no_keys_left_is_refused(
@@ -100,6 +96,6 @@ def test_a_task_that_never_had_state_and_one_that_was_emptied_open_normally(
     with TaskState(ctx, component="c", namespace=namespace, sidecar=sidecar.target) as s:
         for k in list(s.keys()):
             del s[k]
-    assert state(redis_server, namespace) == {}
+    assert stored(redis_server, namespace) == {}
     run_batch(sidecar, namespace, 7, keys=1)
-    assert state(redis_server, namespace) == {b"k0": b"8"}
+    assert stored(redis_server, namespace) == {"k0": b"8"}

@@ -96,13 +96,13 @@ class RedisAdmin:
 
     async def _index(self, task: TaskKey) -> None:
         """Record the task in its namespace's index (for listing)."""
-        member = f"{task.component}/{task.partition}"
+        member = _member(task)
         client = self._conn.client
         await self._conn.run("index", lambda: client.sadd(index_key(task.namespace), member))
 
     async def _indexed(self, task: TaskKey) -> bool:
         """Whether the namespace's index records the task (it had state once)."""
-        member = f"{task.component}/{task.partition}"
+        member = _member(task)
         client = self._conn.client
         found = await self._conn.run(
             "index", lambda: client.sismember(index_key(task.namespace), member)
@@ -137,7 +137,7 @@ class RedisAdmin:
 
             async def call(keys: tuple[str, ...] = keys, t: TaskKey = t) -> Any:
                 n = await client.delete(*keys)
-                await client.srem(index_key(namespace), f"{t.component}/{t.partition}")
+                await client.srem(index_key(namespace), _member(t))
                 return n
 
             if await self._conn.run("drop", call):
@@ -234,13 +234,7 @@ class RedisAdmin:
         """Topology, each primary's version and persistence, and whether `durability` holds."""
         conn = self._conn
         infos = await conn.run("doctor", lambda: conn.each_server("INFO"))
-        try:
-            configs = await conn.run(
-                "doctor", lambda: conn.each_server("CONFIG", "GET", "appendfsync")
-            )
-            fsyncs = [text(c.get("appendfsync") or c.get(b"appendfsync")) for c in configs]
-        except rex.ResponseError:  # the sidecar's user may not run CONFIG
-            fsyncs = ["?"] * len(infos)
+        fsyncs = await self._config_values("appendfsync", len(infos))
         saves = await self._config_values("save", len(infos))
         if conn.kind == "cluster":  # each_server went through the primaries in this order
             addresses = [f"{n.host}:{n.port}" for n in conn.client.get_primaries()]
@@ -252,7 +246,7 @@ class RedisAdmin:
                 role=str(info.get("role", "?")),
                 version=str(info.get("redis_version", "?")),
                 aof_enabled=bool(int(info.get("aof_enabled", 0))),
-                appendfsync=fsync or "?",
+                appendfsync=fsync or "?",  # None: CONFIG refused
                 connected_replicas=int(info.get("connected_slaves", 0)),
             )
             for address, info, fsync in zip(addresses, infos, fsyncs, strict=False)
@@ -274,7 +268,7 @@ class RedisAdmin:
         return DoctorReport(topology=conn.kind, servers=servers, checks=checks)
 
     async def _config_values(self, name: str, n: int) -> list[str | None]:
-        """CONFIG GET `name` on every server; None where CONFIG is refused."""
+        """CONFIG GET `name` on every server; None where the sidecar's user may not run it."""
         conn = self._conn
         try:
             configs = await conn.run("doctor", lambda: conn.each_server("CONFIG", "GET", name))
@@ -289,3 +283,8 @@ class RedisAdmin:
     async def close(self) -> None:
         """Close the connection pool."""
         await self._conn.close()
+
+
+def _member(task: TaskKey) -> str:
+    """The task's member in its namespace's index set."""
+    return f"{task.component}/{task.partition}"

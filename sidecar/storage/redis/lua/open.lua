@@ -36,7 +36,7 @@ if redis.call('EXISTS', meta) == 0 then
     return redis.error_reply('TSLOST meta ' .. string.format('%d', redis.call('HLEN', data)))
   end
   if ARGV[7] == '1' then return redis.error_reply('TSNEW') end
-elseif not has_data and tonumber(m[18] or '0') and tonumber(m[18] or '0') > 0 then
+elseif not has_data and (tonumber(m[18]) or 0) > 0 then
   return redis.error_reply('TSLOST data ' .. tostring(m[3] or '-1') .. ' ' .. m[18])
 end
 if m[1] and m[1] ~= '1' then
@@ -134,9 +134,10 @@ if has_batch and last == batch and last >= 0 then
   rolled = 1
 end
 if not m[4] then redis.call('UNLINK', log) end  -- a new generation: no old log applies
+local size = redis.call('HLEN', data)
 redis.call('HSET', meta, 'layout', '1', 'epoch', string.format('%d', epoch), 'gen', gen,
   'ver', string.format('%d', ver), 'codec', ARGV[5], 'opened_at', ARGV[3],
-  'last_writer', ARGV[4], 'size', string.format('%d', redis.call('HLEN', data)))
+  'last_writer', ARGV[4], 'size', string.format('%d', size))
 if attempt ~= '' then
   redis.call('HSET', meta, 'claim', attempt, 'claim_batch', ARGV[1])
 else
@@ -148,5 +149,5 @@ if not m[3] then
 end
 local has_pos = 0
 if pos then has_pos = 1 else pos = false end
-return {epoch, last, pos, has_pos, redis.call('HLEN', data),
+return {epoch, last, pos, has_pos, size,
   gen .. ':' .. string.format('%d', ver), rolled, nrolled, 0}
