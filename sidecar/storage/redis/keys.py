@@ -5,11 +5,13 @@ in one Redis Cluster slot and one script can touch all its keys:
 
 - `ts:{ns/comp/p}:data`  hash, field = user key, value = encoded value
 - `ts:{ns/comp/p}:meta`  hash: layout, codec, batch, epoch, pos, gen, ver, the claim
-  (claim, claim_batch, superseded), the rollback bookkeeping, updated_at, last_writer, ...
+  (claim, claim_batch, superseded), the rollback bookkeeping, updated_at, last_writer,
+  size (the data's size after the last write: lua/open.lua tells lost data by it), ...
 - `ts:{ns/comp/p}:undo`  hash: the rollback record of the last written batch
 - `ts:{ns/comp/p}:log`   hash: the change log, field `<v>` = the keys version v changed (a
   msgpack array), `#<v>` = how many (lua/commit.lua); delta restores read it
-- `ts:idx:{ns}`          set of `component/partition`: only an index, for listing
+- `ts:idx:{ns}`          set of `component/partition`: the index, for listing and for
+                         telling a task whose keys were all lost from a new one
 
 Tests, benchmarks and tools that look at Redis directly use these functions too.
 """
