@@ -6,8 +6,9 @@ that no longer covers the copy), it holds nothing and reads what the block touch
 demand (`TASKSTATE_LOAD=on-demand`, the default): one key at a time, or many in one round
 trip through `TaskState.prefetch` / `get_many`; what it read stays in the session for
 the rest of the attempt, and its next batches on this worker. Iteration and `len()` need
-the whole state and load the rest first, as does a block that keeps reading single keys
-past a fraction of the state (a miss costs about as much as restoring a hundred keys).
+the whole state and load the rest first, as does an attempt that keeps reading single
+keys: once its misses have cost as long as restoring the whole state would (`worth_loading`),
+it restores the rest, so it never pays much more than twice the cheaper of the two.
 Remote mode reads every key it does not hold through the sidecar, for the block only.
 
 Every read is fenced by the epoch in the same script that reads (get.lua): a newer
@@ -34,11 +35,28 @@ from ._wire import name_bad_utf8
 # (1,000 keys while the size of the state's values is not known yet).
 PAGE_KEYS = 10_000
 FIRST_PAGE_KEYS = 1_000
-# Single-key misses past max(MISS_MIN, size / MISS_FRACTION) load the rest of the state: a
-# miss is one round trip (about 0.3 ms here), a restore about 2.5 µs per key, so the
-# block never pays much more than twice what restoring everything would have cost.
+# Single-key misses load the rest of the state past MISS_MIN, once they took as long as
+# restoring the whole state would (its size x this process's measured seconds per key
+# restored), or past size / MISS_FRACTION whatever they took. A miss is one round trip:
+# about 0.3 ms on an idle machine, 1.4 ms when the executor's cores are busy (figure 10),
+# against about 2 µs per key restored; so timing them, not counting them, decides.
 MISS_MIN = 64
 MISS_FRACTION = 128
+RESTORE_SECONDS_PER_KEY = 2.5e-6  # until this process has timed a restore of its own
+_restore_rate = [RESTORE_SECONDS_PER_KEY]
+
+
+def note_restore(keys: int, seconds: float) -> None:
+    """Time a whole restore of `keys` keys (the estimate `worth_loading` uses)."""
+    if keys >= 1_000:  # a small one times the round trip more than the keys
+        _restore_rate[0] = (_restore_rate[0] + seconds / keys) / 2
+
+
+def worth_loading(misses: int, miss_seconds: float, size: int) -> bool:
+    """Whether an attempt that missed `misses` keys (in `miss_seconds`) loads the rest."""
+    if misses <= MISS_MIN:
+        return False
+    return misses > size // MISS_FRACTION or miss_seconds >= size * _restore_rate[0]
 
 
 class Reads:

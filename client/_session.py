@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -20,6 +21,7 @@ from taskstate.proto import taskstate_pb2 as pb
 from ._codec import JsonCodec
 from ._config import TaskStateConfig
 from ._context import TaskIdentity
+from ._reads import note_restore
 from ._transport import GrpcTransport
 from ._wire import decode_chunk, unpack_keys
 
@@ -75,6 +77,7 @@ class Session:
     complete: bool = True
     absent: set[str] = field(default_factory=set)
     misses: int = 0  # single-key reads since the session started reading on demand
+    miss_seconds: float = 0.0  # and how long they took
     # the sidecar runs beside the executor plugin's flush barrier (`_buffer.py`)
     flush_barrier: bool = False
     blocks: int = 0  # blocks of this attempt that ended in this process
@@ -172,10 +175,11 @@ class Claims:
             flush_barrier=r.flush_barrier,
         )
         if reuse and prior is not None:
-            session.complete, session.absent, session.misses = (
+            session.complete, session.absent, session.misses, session.miss_seconds = (
                 prior.complete,
                 prior.absent,
                 prior.misses,
+                prior.miss_seconds,
             )
         if c.mode == "mirror" and session.data is None:
             if r.size == 0:
@@ -195,6 +199,7 @@ class Claims:
         session.complete = False
         session.absent = set()
         session.misses = 0
+        session.miss_seconds = 0.0
         session.info = replace(session.info, on_demand=True)
 
     def load_rest(self, session: Session, written: dict[str, Any]) -> None:
@@ -269,7 +274,10 @@ class Claims:
         if since is not None:
             req.since_version = since.version
             req.delta_only = self.config.load != "eager"
+        t0 = time.perf_counter()
         version = self.transport.restore(req, task, on_chunk, on_reset)
+        if not delta[0] and not not_covered[0]:
+            note_restore(len(data), time.perf_counter() - t0)
         if not_covered[0]:  # the log no longer covers the copy here: read on demand instead
             session.version = version or session.version
             self.load(session)
@@ -286,7 +294,7 @@ class Claims:
                 session.absent = since.absent
                 session.absent.difference_update(data)
                 session.absent.update(deleted)
-                session.misses = since.misses
+                session.misses, session.miss_seconds = since.misses, since.miss_seconds
             data = state
         session.data = data
         session.complete = complete

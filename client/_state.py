@@ -20,6 +20,7 @@ from __future__ import annotations
 import enum
 import functools
 import os
+import time
 from collections.abc import Iterable, Iterator, MutableMapping
 from typing import Any, Literal
 
@@ -35,7 +36,7 @@ from ._commit import send
 from ._config import TaskStateConfig
 from ._context import current_context, identity
 from ._errors import ConfigError, TaskStateError
-from ._reads import MISS_FRACTION, MISS_MIN, Reads
+from ._reads import Reads, worth_loading
 from ._session import Claims, OpenInfo, Session, writer_of
 from ._transport import GrpcTransport
 from ._wire import REQUEST_HEADROOM
@@ -338,12 +339,16 @@ class TaskState(MutableMapping[str, Any]):
         if key in self._absent or not isinstance(key, str):
             return MISSING
         session = self._require_open()
-        if self.config.mode == "mirror":  # reading on demand
-            session.misses += 1
-            if session.misses > max(MISS_MIN, session.info.size // MISS_FRACTION):
-                self._load_rest(session)
-                return self._data.get(key, MISSING)
-        return self._reads.lookup(self._data, self._absent, key, session.epoch)
+        if self.config.mode != "mirror":
+            return self._reads.lookup(self._data, self._absent, key, session.epoch)
+        session.misses += 1  # reading on demand
+        if worth_loading(session.misses, session.miss_seconds, session.info.size):
+            self._load_rest(session)
+            return self._data.get(key, MISSING)
+        t0 = time.perf_counter()
+        value = self._reads.lookup(self._data, self._absent, key, session.epoch)
+        session.miss_seconds += time.perf_counter() - t0
+        return value
 
     def _load_rest(self, session: Session) -> None:
         """On-demand reads: bring the rest of the committed state here (mirror mode)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from taskstate.client import ConfigError, FencedError, LocalContext, TaskState, _cache
+from taskstate.client import ConfigError, FencedError, LocalContext, TaskState, _cache, _reads
 from taskstate.client._reads import MISS_FRACTION, MISS_MIN
 from taskstate.sidecar.storage.base import LOG_MIN
 from taskstate.testing import RedisServer, SidecarProcess
@@ -115,9 +115,11 @@ def test_an_older_attempt_never_reads_a_newer_attempts_commit(
 
 
 def test_single_reads_past_a_share_of_the_state_load_the_rest(
-    metered_sidecar: SidecarProcess, namespace: str
+    metered_sidecar: SidecarProcess, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    n = 20_000  # the threshold is max(MISS_MIN, n / MISS_FRACTION) = 156 single reads
+    # restores timed as very slow: the count decides, max(MISS_MIN, n / MISS_FRACTION) = 156
+    monkeypatch.setattr(_reads, "_restore_rate", [1.0])
+    n = 20_000
     with ts(metered_sidecar, namespace, 0) as s:
         s.update({f"k{i}": i for i in range(n)})
     _cache.sessions.clear()
@@ -127,6 +129,27 @@ def test_single_reads_past_a_share_of_the_state_load_the_rest(
         assert total == sum(range(1_000)) and s.info.restored
     m = moved(before, counters(metered_sidecar))
     assert m["gets"] == max(MISS_MIN, n // MISS_FRACTION) and m["restores"] == 1
+
+
+def test_single_reads_that_took_as_long_as_a_restore_load_the_rest(
+    metered_sidecar: SidecarProcess, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Misses are timed: on a busy executor (1.4 ms each, figure 10) 156 of them cost
+    several restores of 20,000 keys, so once they took as long as one would, the rest is
+    loaded (here restores are timed as instant: right after MISS_MIN)."""
+    monkeypatch.setattr(_reads, "_restore_rate", [1e-12])
+    n = 20_000
+    with ts(metered_sidecar, namespace, 0) as s:
+        s.update({f"k{i}": i for i in range(n)})
+    _cache.sessions.clear()
+    before = counters(metered_sidecar)
+    with ts(metered_sidecar, namespace, 1) as s:
+        total = sum(s[f"k{i}"] for i in range(1_000))
+        assert total == sum(range(1_000)) and s.info.restored
+    m = moved(before, counters(metered_sidecar))
+    assert m["gets"] == MISS_MIN and m["restores"] == 1
+    # and a whole restore of this process is timed for the next decision
+    assert _reads._restore_rate[0] > 1e-9
 
 
 def test_a_partial_copy_handed_over_gets_a_delta_and_reads_exactly(
