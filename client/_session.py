@@ -243,7 +243,8 @@ class Claims:
         With `since` (a session whose data is the state at its version), ask only for
         what changed since that version; the sidecar answers with a delta when the
         task's change log covers it, else with the whole state (eager loading) or with
-        nothing, and then the session reads on demand (`load`).
+        nothing, and then the session reads on demand (`load`), unless the copy here was
+        whole and at most RECENT commits old: then it restores in full.
         """
         data: dict[str, Any] = {}
         deleted: list[str] = []
@@ -278,9 +279,15 @@ class Claims:
         version = self.transport.restore(req, task, on_chunk, on_reset)
         if not delta[0] and not not_covered[0]:
             note_restore(len(data), time.perf_counter() - t0)
-        if not_covered[0]:  # the log no longer covers the copy here: read on demand instead
+        if not_covered[0]:  # the log no longer covers the copy here
             session.version = version or session.version
-            self.load(session)
+            if since is not None and since.complete and _commits(since, session) <= RECENT:
+                # a whole copy only a few commits old, and yet more changed since than the
+                # log keeps (an eighth of the state): this task's batches touch much of
+                # its state, so reading on demand would end in a restore too, later
+                self.restore(session)
+                return
+            self.load(session)  # read on demand instead
             return
         sent = len(data) + len(deleted)
         complete = True
@@ -309,6 +316,20 @@ class Claims:
         session.info = replace(
             session.info, restored=True, size=size, delta=delta[0], restored_keys=sent
         )
+
+
+# A whole copy at most this many commits old is restored in full when the change log does
+# not cover it (see `Claims.restore`); an older one reads on demand.
+RECENT = 4
+
+
+def _commits(held: Session, now: Session) -> int:
+    """How many versions `now` is past `held` (of one generation; else a large number)."""
+    gen, _, a = held.version.rpartition(":")
+    gen2, _, b = now.version.rpartition(":")
+    if gen != gen2 or not a.isdigit() or not b.isdigit():
+        return 1 << 30
+    return int(b) - int(a)
 
 
 def same_generation(held: Session, version: str) -> bool:

@@ -11,6 +11,7 @@ import pytest
 
 from taskstate.client import ConfigError, FencedError, LocalContext, TaskState, _cache, _reads
 from taskstate.client._reads import MISS_FRACTION, MISS_MIN
+from taskstate.client._session import RECENT
 from taskstate.sidecar.storage.base import LOG_MIN
 from taskstate.testing import RedisServer, SidecarProcess
 
@@ -201,6 +202,37 @@ def test_a_log_that_no_longer_covers_a_partial_copy_sends_nothing(
     w2.call("exit")
     m = moved(before, counters(metered_sidecar))
     assert m["not_covered"] == 1 and m["restores"] == 1 and m["found"] == 2
+
+
+def test_a_recent_whole_copy_the_log_no_longer_covers_is_restored_in_full(
+    redis_server: RedisServer,
+    metered_sidecar: SidecarProcess,
+    workers: list[Worker],
+    namespace: str,
+) -> None:
+    """A hand-over after a batch that changed more than the log keeps (figure 10: every
+    key, each batch): the worker's whole copy is one commit old, so its task touches much
+    of its state; it restores at Open rather than missing key by key first."""
+    w1, w2, _ = workers
+    many = {f"n{i}": i for i in range(LOG_MIN + 500)}
+    w1.block(LocalContext(0, batch_id=0), many)
+    w2.block(LocalContext(0, batch_id=1), {k: v + 1 for k, v in many.items()})
+    before = counters(metered_sidecar)
+    info = w1.call("enter", LocalContext(0, batch_id=2), False)
+    assert info["restored"] and not info["on_demand"] and not info["delta"]
+    assert info["restored_keys"] == len(many)
+    assert w1.call("read", ["n7", "x"]) == {"n7": 8}
+    w1.call("exit")
+    m = moved(before, counters(metered_sidecar))
+    assert m["not_covered"] == 1 and m["restores"] == 2 and m["gets"] == 0
+    # a copy more than RECENT commits old reads on demand, whatever changed
+    for b in range(3, 3 + RECENT + 1):
+        w2.block(LocalContext(0, batch_id=b), {"n1": b})
+    w2.block(LocalContext(0, batch_id=9), {k: -v for k, v in many.items()})
+    info = w1.call("enter", LocalContext(0, batch_id=10), False)
+    assert info["on_demand"] and not info["restored"]
+    assert w1.call("read", ["n7"]) == {"n7": -7}
+    w1.call("exit")
 
 
 def test_a_failed_block_forgets_what_it_read_and_changed(
