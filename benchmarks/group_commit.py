@@ -20,7 +20,7 @@ from taskstate.testing import RedisServer, SidecarProcess
 
 
 def _blocks(n: int, keys: int, sidecar: str | None) -> list[float]:
-    ctx = LocalContext(0, batch_id=1)  # one task attempt, many groups
+    ctx = LocalContext(0, batch_id=0)  # one task attempt, many groups
     plain: dict[str, dict[str, int]] = {}
     out = []
     for g in range(n):

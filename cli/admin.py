@@ -5,6 +5,7 @@
     taskstate export NS[/COMPONENT] [--out FILE]
     taskstate import FILE [--replace]
     taskstate drop NS[/COMPONENT[/PARTITION]] --yes
+    taskstate adopt NS
     taskstate doctor [--durability LEVEL] [--json]
     taskstate health [--live]          (for Kubernetes exec probes)
 
@@ -406,6 +407,25 @@ def cmd_drop(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
     return 0
 
 
+def cmd_adopt(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
+    """`taskstate adopt`: the namespace's query goes on from its next batch, as it is.
+
+    For a query that runs taskstate for the first time past its batch 0, and for
+    accepting a total loss on purpose: until then its tasks fail with STATE_LOST.
+    """
+    if "/" in a.namespace:
+        raise UsageError(f"{a.namespace!r}: adopt takes a NAMESPACE (its every component)")
+    ns, _, _ = _scope(a.namespace, allow_partition=False)
+    r = admin.call("Adopt", pb.AdoptRequest(namespace=ns))
+    if r.known_before:
+        out.write(f"namespace {ns}: already known ({r.tasks} task(s) with state); recorded "
+                  "again, nothing else changed\n")  # fmt: skip
+    else:
+        out.write(f"namespace {ns}: adopted; its query's tasks start empty at the batch "
+                  "Spark runs next\n")  # fmt: skip
+    return 0
+
+
 def cmd_doctor(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
     """`taskstate doctor`: sidecar, Redis, persistence; exit 1 when a check fails."""
     durability = DurabilitySpec.parse(a.durability)
@@ -477,6 +497,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Admin, IO[str]], int]] = {
     "export": cmd_export,
     "import": cmd_import,
     "drop": cmd_drop,
+    "adopt": cmd_adopt,
     "doctor": cmd_doctor,
     "health": cmd_health,
 }
@@ -517,6 +538,9 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     elif command == "drop":
         p.add_argument("scope", metavar="NAMESPACE[/COMPONENT[/PARTITION]]")
         p.add_argument("--yes", action="store_true", help="really delete the stored state")
+    elif command == "adopt":
+        p.add_argument("namespace", metavar="NAMESPACE",
+                       help="the namespace whose query goes on from its next batch")  # fmt: skip
     elif command == "health":
         p.add_argument("--live", action="store_true", help="succeed when it answers at all")
     elif command == "doctor":

@@ -6,8 +6,9 @@
 - `taskstate example [...]`: run the end-to-end Spark example with a private Redis and
   sidecar (needs `taskstate[spark]`).
 - `taskstate spark-package --out DIR`: the plugin jar and py-files zip for spark-submit.
-- `taskstate ls | show | export | import | drop | doctor | health`: see inside the
-  stored state, move it, drop it, check the setup; `taskstate COMMAND --help` for each.
+- `taskstate ls | show | export | import | drop | adopt | doctor | health`: see inside
+  the stored state, move it, drop it, adopt a namespace whose state was lost or that
+  starts past batch 0, check the setup; `taskstate COMMAND --help` for each.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-ADMIN_COMMANDS = ("ls", "show", "export", "import", "drop", "doctor", "health")
+ADMIN_COMMANDS = ("ls", "show", "export", "import", "drop", "adopt", "doctor", "health")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

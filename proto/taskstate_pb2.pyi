@@ -268,6 +268,20 @@ class DropResponse(_message.Message):
     tasks_dropped: int
     def __init__(self, tasks_dropped: _Optional[int] = ...) -> None: ...
 
+class AdoptRequest(_message.Message):
+    __slots__ = ("namespace",)
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    def __init__(self, namespace: _Optional[str] = ...) -> None: ...
+
+class AdoptResponse(_message.Message):
+    __slots__ = ("known_before", "tasks")
+    KNOWN_BEFORE_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    known_before: bool
+    tasks: int
+    def __init__(self, known_before: _Optional[bool] = ..., tasks: _Optional[int] = ...) -> None: ...
+
 class ReadRequest(_message.Message):
     __slots__ = ("task", "pattern", "max_fields")
     TASK_FIELD_NUMBER: _ClassVar[int]

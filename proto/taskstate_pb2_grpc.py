@@ -74,6 +74,11 @@ class TaskStateServiceStub:
                 request_serializer=taskstate_dot_proto_dot_taskstate__pb2.DropRequest.SerializeToString,
                 response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.DropResponse.FromString,
                 _registered_method=True)
+        self.Adopt = channel.unary_unary(
+                '/taskstate.v1.TaskStateService/Adopt',
+                request_serializer=taskstate_dot_proto_dot_taskstate__pb2.AdoptRequest.SerializeToString,
+                response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.AdoptResponse.FromString,
+                _registered_method=True)
         self.Read = channel.unary_stream(
                 '/taskstate.v1.TaskStateService/Read',
                 request_serializer=taskstate_dot_proto_dot_taskstate__pb2.ReadRequest.SerializeToString,
@@ -153,6 +158,12 @@ class TaskStateServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Adopt(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Read(self, request, context):
         """The committed state, read without a claim; consistent (one version) or refused.
         """
@@ -222,6 +233,11 @@ def add_TaskStateServiceServicer_to_server(servicer, server):
                     servicer.Drop,
                     request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.DropRequest.FromString,
                     response_serializer=taskstate_dot_proto_dot_taskstate__pb2.DropResponse.SerializeToString,
+            ),
+            'Adopt': grpc.unary_unary_rpc_method_handler(
+                    servicer.Adopt,
+                    request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.AdoptRequest.FromString,
+                    response_serializer=taskstate_dot_proto_dot_taskstate__pb2.AdoptResponse.SerializeToString,
             ),
             'Read': grpc.unary_stream_rpc_method_handler(
                     servicer.Read,
@@ -460,6 +476,33 @@ class TaskStateService:
             '/taskstate.v1.TaskStateService/Drop',
             taskstate_dot_proto_dot_taskstate__pb2.DropRequest.SerializeToString,
             taskstate_dot_proto_dot_taskstate__pb2.DropResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Adopt(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskstate.v1.TaskStateService/Adopt',
+            taskstate_dot_proto_dot_taskstate__pb2.AdoptRequest.SerializeToString,
+            taskstate_dot_proto_dot_taskstate__pb2.AdoptResponse.FromString,
             options,
             channel_credentials,
             insecure,

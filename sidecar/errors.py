@@ -146,6 +146,44 @@ def state_lost_task(fq: str, batch: object) -> SidecarError:
     )
 
 
+def state_lost_behind(
+    fq: str,
+    stored_batch: str,
+    stored_ver: str,
+    seen_batch: int | None,
+    seen_ver: int,
+    batch: object,
+) -> SidecarError:
+    """Redis holds an older version of the task than this sidecar opened or committed."""
+    seen = "" if seen_batch is None else f"batch {seen_batch}, "
+    return SidecarError(
+        codes.STATE_LOST,
+        f"task {fq}: Redis holds batch {stored_batch} (version {stored_ver}), but this "
+        f"sidecar saw {seen}version {seen_ver} of the same state committed: Redis lost its "
+        "latest commits (a failover to a replica that had not received them, or a restore "
+        f"from an older backup){_running(batch)}. Nothing was changed. Operator action: "
+        "restore the task from an export (`taskstate import FILE --replace`); or accept "
+        f"the older state as it is (`taskstate adopt {fq.split('/')[0]}`: the batches it "
+        f"lacks are not replayed), or start it empty (`taskstate drop {fq} --yes`); then "
+        'commit with durability replicated:N (docs/operations.md, "State that Redis lost").',
+    )
+
+
+def state_lost_namespace(fq: str, namespace: str, batch: object) -> SidecarError:
+    """A streaming task past batch 0 in a namespace Redis has no record of at all."""
+    return SidecarError(
+        codes.STATE_LOST,
+        f"task {fq}: Spark runs batch {batch}, but Redis has no record of namespace "
+        f"{namespace!r} at all (no task, no index): the state of its earlier batches was "
+        "lost (Redis flushed, restarted without persistence, or replaced by an empty one), "
+        "or this query has run without taskstate until now. Nothing was changed. Operator "
+        f"action: restore the namespace from an export (`taskstate import FILE`); or, to "
+        f"start it empty at this batch on purpose, `taskstate adopt {namespace}`; then make "
+        'Redis keep its data (`taskstate doctor`; docs/operations.md, "State that Redis '
+        'lost").',
+    )
+
+
 def not_found(fq: str, namespace: str) -> SidecarError:
     """A task with no stored state (operator commands)."""
     return SidecarError(

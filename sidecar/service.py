@@ -201,7 +201,7 @@ def _unpack_upserts(blob: bytes, fq: str) -> list[tuple[str, bytes]]:
 
 
 def _namespace_of(request: Any) -> str | None:
-    """The namespace a request touches: its task's, or its own field (List, Drop)."""
+    """The namespace a request touches: its task's, or its own field (List, Drop, Adopt)."""
     task = getattr(request, "task", None)
     if task is not None:
         return str(task.namespace)
@@ -259,6 +259,7 @@ _VERBS = {
     "Describe": "describe",
     "List": "list",
     "Drop": "drop",
+    "Adopt": "adopt",
     "Read": "read",
     "Import": "import into",
     "Doctor": "diagnose",
@@ -575,6 +576,20 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
             return pb.DropResponse(tasks_dropped=n)
 
         return await self._guard(context, "Drop", run, request)
+
+    async def Adopt(  # noqa: D102
+        self, request: pb.AdoptRequest, context: aio.ServicerContext[Any, Any]
+    ) -> pb.AdoptResponse:
+        async def run() -> pb.AdoptResponse:
+            ns, _ = self._scope(request.namespace, "")
+            known, tasks = await self.storage.adopt(ns)
+            log.warning(
+                "namespace adopted: its query goes on from the batch it runs next",
+                extra={"namespace": ns, "known_before": known, "tasks": tasks},
+            )
+            return pb.AdoptResponse(known_before=known, tasks=tasks)
+
+        return await self._guard(context, "Adopt", run, request)
 
     async def Read(  # noqa: D102
         self, request: pb.ReadRequest, context: aio.ServicerContext[Any, Any]

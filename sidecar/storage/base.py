@@ -4,9 +4,12 @@ Every backend implements the commit protocol of docs/architecture.md exactly:
 
 - `open` claims the task for a task attempt (fencing epoch + 1), rolls back a replayed
   batch (the state's last written batch equals the opening batch) and refuses a state
-  that is ahead. The claim belongs to the attempt, not to a process: the attempt that
-  holds it opening again at the same batch (a second Python worker serving it) shares
-  it (same epoch, nothing rolled back); an attempt displaced by another is fenced.
+  that is ahead, and state that Redis lost (STATE_LOST: half a task, an indexed task
+  with no keys, or a streaming task past batch 0 in a namespace Redis has no record
+  of; `adopt` records one on purpose). The claim belongs to the attempt, not to a
+  process: the attempt that holds it opening again at the same batch (a second Python
+  worker serving it) shares it (same epoch, nothing rolled back); an attempt displaced
+  by another is fenced.
 - `commit` applies one change set atomically when the epoch is current; the first commit
   of a new batch starts a new rollback record; upserts are absolute so a retry is
   idempotent.
@@ -208,7 +211,17 @@ class Storage(Protocol):
         ...
 
     async def drop(self, namespace: str, component: str | None, partition: int | None) -> int:
-        """Delete tasks' state; returns how many tasks were dropped."""
+        """Delete tasks' state; returns how many tasks were dropped.
+
+        The namespace stays known (a later streaming Open past batch 0 starts empty).
+        """
+        ...
+
+    async def adopt(self, namespace: str) -> tuple[bool, int]:
+        """Record the namespace as known: its query goes on from the batch it runs next.
+
+        Returns (known before, tasks). See `open`: STATE_LOST for an unknown namespace.
+        """
         ...
 
     def read(

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from taskstate.client import _cache
-from taskstate.sidecar.storage.redis.keys import data_key, namespace_pattern
+from taskstate.sidecar.storage.redis.keys import data_key, namespace_key, namespace_pattern
 from taskstate.testing import RedisServer, SidecarProcess, find_redis_server
 
 from .attempt_worker import Worker, worker_pool
@@ -66,6 +66,20 @@ def fresh_process_sessions() -> Iterator[None]:
     _cache.sessions.clear()
     yield
     _cache.sessions.clear()
+
+
+@pytest.fixture(autouse=True)
+def known_namespace(request: pytest.FixtureRequest) -> None:
+    """A test's namespace is known to Redis, as a query's is once its batch 0 ran.
+
+    Tests may open at any batch first; a streaming Open past batch 0 in a namespace Redis
+    has no record of is refused (STATE_LOST), which test_state_lost.py tests on
+    namespaces of its own (or after FLUSHALL).
+    """
+    if {"redis_server", "namespace"} <= set(request.fixturenames):
+        r: RedisServer = request.getfixturevalue("redis_server")
+        ns: str = request.getfixturevalue("namespace")
+        r.client().hset(namespace_key(ns), "adopted_at", "0")
 
 
 def snapshot(r: RedisServer, namespace: str) -> dict[bytes, object]:

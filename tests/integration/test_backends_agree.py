@@ -125,6 +125,7 @@ def test_redis_scripts_and_memory_model_agree(redis_server: RedisServer, namespa
             for seed in range(150):
                 rng = random.Random(seed)
                 memory = MemoryStorage()
+                memory.records.add(namespace)  # known to both, as Redis's is (conftest)
                 task = TaskKey(namespace, f"h{seed}", 0)
                 states: dict[int, dict[str, bytes]] = {}  # version counter -> state
                 for i, op in enumerate(_history(rng)):

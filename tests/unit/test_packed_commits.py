@@ -20,6 +20,7 @@ def stub():  # type: ignore[no-untyped-def]
         FakeSidecar() as fake,
         grpc.insecure_channel(fake.target.replace("unix://", "unix:")) as ch,
     ):
+        fake.storage.records.add("n")  # a known namespace: its first Open may be at batch 1
         yield pb_grpc.TaskStateServiceStub(ch), fake
 
 

@@ -75,6 +75,7 @@ class MemoryStorage:
 
     def __init__(self) -> None:
         self.tasks: dict[TaskKey, _Task] = {}
+        self.records: set[str] = set()  # namespaces adopted or reset (redis: ts:ns:{ns})
         self._faults: dict[str, BaseException] = {}
 
     def fail_next(self, op: str, exc: BaseException) -> None:
@@ -118,6 +119,8 @@ class MemoryStorage:
         if replay and t is not None and t.undo_batch != batch:
             raise errors.cannot_roll_back(task.fq, batch)
         if t is None:
+            if batch is not None and batch > 0 and not self._known(task.namespace):
+                raise errors.state_lost_namespace(task.fq, task.namespace, batch)
             t = self.tasks[task] = _Task()
         if t.claim is not None and t.claim != attempt:
             t.superseded = [*t.superseded, t.claim][-_SUPERSEDED_MAX:]
@@ -152,6 +155,15 @@ class MemoryStorage:
             t.rollbacks += 1
             rolled = True
         return OpenResult(t.epoch, t.batch, t.position, len(t.data), t.version, rolled, n)
+
+    def _known(self, namespace: str) -> bool:
+        return namespace in self.records or any(k.namespace == namespace for k in self.tasks)
+
+    async def adopt(self, namespace: str) -> tuple[bool, int]:
+        """Record the namespace as going on from here: (known before, tasks)."""
+        known = self._known(namespace)
+        self.records.add(namespace)
+        return known, sum(1 for k in self.tasks if k.namespace == namespace)
 
     async def restore(
         self, task: TaskKey, epoch: int, max_fields: int
@@ -317,6 +329,8 @@ class MemoryStorage:
         ]
         for k in doomed:
             del self.tasks[k]
+        if doomed:
+            self.records.add(namespace)
         return len(doomed)
 
     async def read(

@@ -21,7 +21,7 @@ from ...errors import SidecarError
 from ..base import LAYOUT_VERSION, Check, DoctorReport, Durability, ServerReport, TaskKey, TaskMeta
 from ..connect import RedisSettings, redact
 from .durability import DurabilityWaits, text
-from .keys import index_key, task_keys
+from .keys import index_key, namespace_key, task_keys
 from .routing import Connection
 from .safety import ServerSafety, eviction_check, persistence_check
 from .scan import ServerChangedError, hscan_pages
@@ -100,14 +100,53 @@ class RedisAdmin:
         client = self._conn.client
         await self._conn.run("index", lambda: client.sadd(index_key(task.namespace), member))
 
-    async def _indexed(self, task: TaskKey) -> bool:
-        """Whether the namespace's index records the task (it had state once)."""
-        member = _member(task)
+    async def _known(self, task: TaskKey) -> tuple[bool, bool]:
+        """Whether the index records the task, and whether the namespace is known.
+
+        Indexed: the task had state once. Known: Redis has a record of its namespace (an
+        indexed task, or the record `adopt` and `drop` write).
+        """
+        index, record = index_key(task.namespace), namespace_key(task.namespace)
+
+        async def call() -> Any:
+            pipe = self._conn.client.pipeline(transaction=False)
+            pipe.sismember(index, _member(task))
+            pipe.scard(index)
+            pipe.exists(record)
+            return await pipe.execute()
+
+        indexed, members, has_record = await self._conn.run("index", call)
+        return bool(indexed), bool(members) or bool(has_record)
+
+    async def _note(self, namespace: str, field: str) -> None:
+        """Stamp the namespace's record (`adopt`, `drop`): it stays known when emptied."""
         client = self._conn.client
-        found = await self._conn.run(
-            "index", lambda: client.sismember(index_key(task.namespace), member)
-        )
-        return bool(found)
+        record = namespace_key(namespace)
+        await self._conn.run("index", lambda: client.hset(record, field, f"{time.time():.3f}"))
+
+    async def adopt(self, namespace: str) -> tuple[bool, int]:
+        """Record the namespace as going on from here: (known before, tasks indexed)."""
+        index, record = index_key(namespace), namespace_key(namespace)
+
+        async def call() -> Any:
+            pipe = self._conn.client.pipeline(transaction=False)
+            pipe.scard(index)
+            pipe.exists(record)
+            return await pipe.execute()
+
+        members, has_record = await self._conn.run("adopt", call)
+        await self._note(namespace, "adopted_at")
+        client = self._conn.client
+        # sidecars that refused a task of it because Redis lost commits accept it now
+        await self._conn.run("adopt", lambda: client.hincrby(record, "adoptions", 1))
+        return bool(members) or bool(has_record), int(members)
+
+    async def _adoptions(self, namespace: str) -> int:
+        """How many times `taskstate adopt` ran for the namespace (0: never)."""
+        client = self._conn.client
+        record = namespace_key(namespace)
+        raw = await self._conn.run("index", lambda: client.hget(record, "adoptions"))
+        return int(text(raw) or 0)
 
     async def _members(self, namespace: str, component: str | None) -> list[TaskKey]:
         client = self._conn.client
@@ -142,6 +181,8 @@ class RedisAdmin:
 
             if await self._conn.run("drop", call):
                 dropped += 1
+        if targets:  # an explicit reset: the namespace goes on, known, even if now empty
+            await self._note(namespace, "reset_at")
         return dropped
 
     async def read(

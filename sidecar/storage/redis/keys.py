@@ -12,6 +12,12 @@ in one Redis Cluster slot and one script can touch all its keys:
   msgpack array), `#<v>` = how many (lua/commit.lua); delta restores read it
 - `ts:idx:{ns}`          set of `component/partition`: the index, for listing and for
                          telling a task whose keys were all lost from a new one
+- `ts:ns:{ns}`           hash: the namespace's record beyond its index (`adopted_at`,
+                         `reset_at`): written by `taskstate adopt` and `drop`, so a
+                         namespace whose index is empty is still known (same slot)
+
+A streaming task at batch > 0 whose namespace has neither an index nor a record finds a
+Redis that lost everything (or a query that adds taskstate late): store.py refuses it.
 
 Tests, benchmarks and tools that look at Redis directly use these functions too.
 """
@@ -56,6 +62,11 @@ def task_keys(task: TaskKey) -> tuple[str, str, str, str]:
 def index_key(namespace: str) -> str:
     """The per-namespace index set (its own slot)."""
     return "ts:idx:{" + namespace + "}"
+
+
+def namespace_key(namespace: str) -> str:
+    """The namespace's record (the index's slot)."""
+    return "ts:ns:{" + namespace + "}"
 
 
 def namespace_pattern(namespace: str) -> str:

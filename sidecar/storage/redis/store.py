@@ -28,6 +28,7 @@ from .durability import DurabilityWaits, text
 from .keys import task_keys
 from .routing import Connection
 from .scan import ServerChangedError, hscan_pages
+from .seen import SeenVersions
 
 log = logging.getLogger("taskstate.sidecar.redis")
 
@@ -93,6 +94,7 @@ class RedisStorage(RedisAdmin):
             socket_timeout_s = max(retry.deadline_s, durability_timeout_ms / 1000 + 2)
         self._conn = Connection(self.settings, retry, socket_timeout_s)
         self._waits = DurabilityWaits(self._conn, durability_timeout_ms, fsync_check_ttl_s)
+        self._seen = SeenVersions()
 
     @property
     def kind(self) -> str:
@@ -115,6 +117,7 @@ class RedisStorage(RedisAdmin):
         if durability.fsynced:
             await self._waits.check_fsync(task)
         keys = task_keys(task)
+        seen = self._seen.get(task)
         args = [
             "" if batch is None else str(batch),
             uuid.uuid4().hex,
@@ -123,25 +126,16 @@ class RedisStorage(RedisAdmin):
             codec,
             attempt,
             "1",  # a task with no keys: TSNEW, so that the index is asked first
+            seen.gen if seen else "",  # the version this sidecar saw: Redis must not be behind
+            str(seen.ver) if seen else "",
         ]
 
-        async def call() -> Any:
-            return await self._conn.evalsha("open", keys, args)
-
         try:
-            try:
-                r = await self._conn.run("open", call)
-            except rex.ResponseError as exc:
-                if str(exc) != "TSNEW":
-                    raise
-                if await self._indexed(task):  # it had state once: all of it is gone
-                    raise errors.state_lost_task(task.fq, batch) from None
-                args[-1] = "0"  # new indeed
-                r = await self._conn.run("open", call)
+            r = await self._open_script(task, batch, keys, args)
         except rex.ResponseError as exc:
             raise script_error(task, exc, batch, codec) from None
         await self._index(task)
-        return OpenResult(
+        result = OpenResult(
             epoch=int(r[0]),
             committed_batch=int(r[1]),
             position=r[2] if int(r[3]) else None,
@@ -150,6 +144,60 @@ class RedisStorage(RedisAdmin):
             rolled_back=bool(int(r[6])),
             rolled_back_keys=int(r[7]),
             reused_claim=bool(int(r[8])),
+        )
+        self._seen.note(task, result.version, result.committed_batch)
+        return result
+
+    async def _open_script(
+        self, task: TaskKey, batch: int | None, keys: Sequence[str], args: list[str]
+    ) -> Any:
+        """Run open.lua, answering what only the sidecar can ask Redis about.
+
+        TSNEW (a task with no keys at all): the index and the namespace's record tell a
+        new task from a lost one. TSLOST behind (Redis holds an older version than this
+        sidecar saw): refused, unless `taskstate adopt` accepted it since. Each answer
+        clears its own flag, so the script runs at most three times.
+        """
+
+        async def call() -> Any:
+            return await self._conn.evalsha("open", keys, args)
+
+        while True:
+            try:
+                return await self._conn.run("open", call)
+            except rex.ResponseError as exc:
+                reply = str(exc)
+                if reply == "TSNEW" and args[6] == "1":
+                    await self._refuse_if_lost(task, batch)
+                    args[6] = "0"  # new indeed
+                elif reply.startswith("TSLOST behind ") and args[7]:
+                    await self._refuse_if_behind(task, batch, reply.split()[2:])
+                    args[7] = args[8] = ""  # the older state was accepted
+                else:
+                    raise
+
+    async def _refuse_if_lost(self, task: TaskKey, batch: int | None) -> None:
+        indexed, namespace_known = await self._known(task)
+        if indexed:  # it had state once: all of it is gone
+            raise errors.state_lost_task(task.fq, batch)
+        if batch is not None and batch > 0 and not namespace_known:
+            # Spark is past batch 0, and Redis knows nothing of the namespace
+            raise errors.state_lost_namespace(task.fq, task.namespace, batch)
+
+    async def _refuse_if_behind(self, task: TaskKey, batch: int | None, held: list[str]) -> None:
+        seen = self._seen.get(task)
+        adoptions = await self._adoptions(task.namespace)
+        if seen is None or (seen.refused_at is not None and adoptions > seen.refused_at):
+            log.warning(
+                "task's older state accepted (taskstate adopt): Redis lost commits",
+                extra={"task": task.fq, "seen_version": seen and seen.version},
+            )
+            self._seen.forget(task)
+            return
+        seen.refused_at = adoptions
+        stored_batch, stored_ver = (held + ["?", "?"])[:2]
+        raise errors.state_lost_behind(
+            task.fq, stored_batch, stored_ver, seen.batch, seen.ver, batch
         )
 
     async def restore(
@@ -281,9 +329,11 @@ class RedisStorage(RedisAdmin):
         if wait:
             r, ack = r[0], r[1]
             acked = self._waits.check_acks(task, durability, wait, ack)
-        return CommitResult(
+        result = CommitResult(
             version=text(r[0]), size=int(r[1]), replicas_acked=acked, base_version=text(r[2])
         )
+        self._seen.note(task, result.version, batch)
+        return result
 
     async def get(self, task: TaskKey, epoch: int, keys: Sequence[str]) -> list[bytes | None]:
         """Read keys (remote mode), fenced by epoch."""

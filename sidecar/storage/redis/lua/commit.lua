@@ -162,6 +162,6 @@ while logged > log_max and floor < ver do
   redis.call('HDEL', log, old, '#' .. old)
 end
 redis.call('HSET', meta, 'ver', vs, 'updated_at', ARGV[4], 'last_writer', ARGV[5],
-  'size', string.format('%d', size),
+  'size', string.format('%d', size), 'size_ver', vs,
   'log_floor', string.format('%d', floor), 'log_ver', vs, 'log_n', string.format('%d', logged))
 return {m[6] .. ':' .. vs, size, m[6] .. ':' .. string.format('%d', base)}

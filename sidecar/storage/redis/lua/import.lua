@@ -44,5 +44,6 @@ while i <= #ARGV do
   i = stop + 1
 end
 local size = redis.call('HLEN', data)
-redis.call('HSET', meta, 'size', string.format('%d', size))  -- open.lua: data lost?
+redis.call('HSET', meta, 'size', string.format('%d', size),  -- open.lua: data lost?
+  'size_ver', redis.call('HGET', meta, 'ver') or '1')
 return {epoch, size}

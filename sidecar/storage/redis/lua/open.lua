@@ -2,7 +2,8 @@
 -- KEYS: 1 meta, 2 data, 3 undo, 4 log (all in the task's hash-tag slot)
 -- ARGV: 1 batch ('' for batch jobs), 2 generation id for a new task, 3 now,
 --       4 writer, 5 codec, 6 attempt id ('' from an older client: always a new claim),
---       7 '1': refuse a task with no keys at all (TSNEW) so the sidecar can ask the index
+--       7 '1': refuse a task with no keys at all (TSNEW) so the sidecar can ask the index,
+--       8, 9: the generation and version counter this sidecar last saw ('' '': none)
 -- The claim belongs to the task attempt, not to a process: meta 'claim' and
 -- 'claim_batch' name the attempt that owns the current epoch. The same attempt opening
 -- at the same batch again (Spark served it with a second Python worker) reuses the
@@ -16,12 +17,15 @@
 -- Returns {epoch, committed_batch, position|false, has_position, size, version,
 --          rolled_back, rolled_back_keys, reused_claim}
 -- Lost state (Redis evicted, flushed or failed over): meta 'size' is the data's size
--- after the last write, so metadata whose data is gone, or data without its metadata,
--- is refused (TSLOST) instead of opening as a fresh start. A task with neither is new,
+-- after the write of version 'size_ver', so metadata whose data is gone (when size_ver
+-- is the current version: a sidecar older than 'size' may have written since, in a
+-- rolling upgrade), or data without its metadata, is refused (TSLOST) instead of opening as a fresh start. A task with neither is new,
 -- unless the sidecar must first ask the namespace's index (ARGV 7 = '1': TSNEW, nothing
--- written; the sidecar asks, then opens again with ARGV 7 = '0').
+-- written; the sidecar asks, then opens again with ARGV 7 = '0'). A version below the
+-- one this sidecar saw, in the same generation, is refused too (TSLOST behind): Redis
+-- lost commits it had acknowledged (a failover to a replica that missed them).
 -- Errors: TSAHEAD <last>, TSCORRUPT <what>, TSCODEC <stored codec>, TSFENCED <epoch>,
--- TSLOST data <batch> <size> | TSLOST meta <keys>, TSNEW.
+-- TSLOST data <batch> <size> | TSLOST meta <keys> | TSLOST behind <batch> <ver>, TSNEW.
 -- An error writes nothing.
 local SUPERSEDED_MAX = 32
 local meta, data, undo, log = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
@@ -29,14 +33,14 @@ local foreign = not_hashes({data, undo, log})  -- prelude.lua
 if foreign then return foreign end
 local m = redis.call('HMGET', meta, 'layout', 'epoch', 'batch', 'gen', 'ver', 'codec',
   'undo_batch', 'prev_batch', 'prev_pos', 'pos', 'undo_mode', 'undo_n', 'claim',
-  'claim_batch', 'superseded', 'log_ver', 'log_n', 'size')
+  'claim_batch', 'superseded', 'log_ver', 'log_n', 'size', 'size_ver')
 local has_data = redis.call('EXISTS', data) == 1
 if redis.call('EXISTS', meta) == 0 then
   if has_data then
     return redis.error_reply('TSLOST meta ' .. string.format('%d', redis.call('HLEN', data)))
   end
   if ARGV[7] == '1' then return redis.error_reply('TSNEW') end
-elseif not has_data and (tonumber(m[18]) or 0) > 0 then
+elseif not has_data and (tonumber(m[18]) or 0) > 0 and m[19] == (m[5] or '0') then
   return redis.error_reply('TSLOST data ' .. tostring(m[3] or '-1') .. ' ' .. m[18])
 end
 if m[1] and m[1] ~= '1' then
@@ -50,6 +54,11 @@ local epoch = tonumber(m[2] or '0')
 local ver = tonumber(m[5] or '0')
 if last == nil or epoch == nil or ver == nil then
   return redis.error_reply('TSCORRUPT metadata field batch, epoch or ver is not a number')
+end
+if ARGV[8] ~= '' and m[4] == ARGV[8] and tonumber(ARGV[9]) > ver then
+  -- this sidecar saw a later version of this generation: Redis lost the latest commits
+  return redis.error_reply('TSLOST behind ' .. tostring(m[3] or '-1') .. ' ' ..
+    string.format('%d', ver))
 end
 local has_batch = ARGV[1] ~= ''
 local batch = tonumber(ARGV[1])
@@ -137,7 +146,8 @@ if not m[4] then redis.call('UNLINK', log) end  -- a new generation: no old log 
 local size = redis.call('HLEN', data)
 redis.call('HSET', meta, 'layout', '1', 'epoch', string.format('%d', epoch), 'gen', gen,
   'ver', string.format('%d', ver), 'codec', ARGV[5], 'opened_at', ARGV[3],
-  'last_writer', ARGV[4], 'size', string.format('%d', size))
+  'last_writer', ARGV[4], 'size', string.format('%d', size),
+  'size_ver', string.format('%d', ver))
 if attempt ~= '' then
   redis.call('HSET', meta, 'claim', attempt, 'claim_batch', ARGV[1])
 else
