@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -55,6 +57,35 @@ def plugin_jar(spark_ready: None, tmp_path_factory: pytest.TempPathFactory) -> s
     from taskstate.spark_plugin.package import build_jar
 
     return str(build_jar(tmp_path_factory.mktemp("jar")))
+
+
+@pytest.fixture(scope="session")
+def spark(spark_ready: None) -> Iterator[Any]:
+    """One in-process SparkSession for the e2e modules that run queries in this process:
+    `local[2,4]` (task retries), `spark.python.worker.reuse=false` (a fresh worker for
+    every Python runner), the RocksDB state store, the replayable range source."""
+    from pyspark.sql import SparkSession
+
+    from taskstate.spark_plugin.jobs import register_source
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this venv
+    s = (
+        SparkSession.builder.master("local[2,4]")
+        .appName("taskstate-attempt-paths")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.python.worker.reuse", "false")
+        .config(
+            "spark.sql.streaming.stateStore.providerClass",
+            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
+        )
+        .getOrCreate()
+    )
+    s.sparkContext.setLogLevel("ERROR")
+    register_source(s)
+    yield s
+    s.stop()
 
 
 def stored_state(redis: RedisServer, namespace: str, component: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Other ways one task attempt uses several Python processes, with real Spark.
 
-One SparkSession (`local[2,4]`, `spark.python.worker.reuse=false`: a fresh worker for
-every Python runner) runs:
+The e2e SparkSession (conftest `spark`: `local[2,4]`, `spark.python.worker.reuse=false`,
+a fresh worker for every Python runner) runs:
 - a chain of two mapInPandas steps in one stage, both keeping state in one component:
   Spark runs each step in its own worker, concurrently, for the same task attempt;
 - foreachBatch running two jobs over the same stateful step: two attempts of one batch
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import collections
 import os
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,7 +23,7 @@ from typing import Any
 import pytest
 
 from taskstate.spark_plugin import configure, with_batch_id
-from taskstate.spark_plugin.jobs import SOURCE_NAME, key_of, register_source
+from taskstate.spark_plugin.jobs import SOURCE_NAME, key_of
 from taskstate.testing import RedisServer, SidecarProcess
 
 from .conftest import stored_state
@@ -34,30 +33,6 @@ pytestmark = pytest.mark.e2e
 BATCHES, PER_BATCH, KEYS = 4, 60, 12
 T0_MS = 1_700_000_000_000
 TWS_COLUMNS = ("key", "n", "closed", "batch", "pid")
-
-
-@pytest.fixture(scope="module")
-def spark(spark_ready: None) -> Iterator[Any]:
-    from pyspark.sql import SparkSession
-
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this venv
-    s = (
-        SparkSession.builder.master("local[2,4]")
-        .appName("taskstate-attempt-paths")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.python.worker.reuse", "false")
-        .config(
-            "spark.sql.streaming.stateStore.providerClass",
-            "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
-        )
-        .getOrCreate()
-    )
-    s.sparkContext.setLogLevel("ERROR")
-    register_source(s)
-    yield s
-    s.stop()
 
 
 def configured(spark: Any, prefix: str) -> str:
