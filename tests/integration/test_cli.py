@@ -192,6 +192,9 @@ def test_show_and_import_refuse_bad_input_clearly(
     bad.write_text('{"type": "task", "task": "x/c/0"}\nnot json\n')
     r = cli("import", str(bad), sidecar=sidecar, check=2)
     assert f"{bad}:2: not a JSON line" in r.stderr
+    r = cli("adopt", f"{namespace}/c", sidecar=sidecar, check=2)
+    assert "adopt takes a NAMESPACE" in r.stderr
+    assert "namespace" in cli("adopt", "bad name!", sidecar=sidecar, check=2).stderr
 
 
 def test_doctor_names_each_problem_and_exits_nonzero(

@@ -223,7 +223,7 @@ def test_operator_commands_honour_tokens(
     assert ns_a in seen and ns_b not in seen  # listing shows only granted namespaces
     assert {ns_a, ns_b} <= set(json.loads(cli(side, ops, "ls", "--json", check=0).stdout))
     for args in (("ls", ns_b), ("show", f"{ns_b}/c/0"), ("export", ns_b),
-                 ("drop", ns_b, "--yes")):  # fmt: skip
+                 ("drop", ns_b, "--yes"), ("adopt", ns_b)):  # fmt: skip
         r = cli(side, job_a, *args, check=1)
         assert f"namespace {ns_b!r}" in r.stderr and "job-a" in r.stderr, args
     dump = tmp_path / "b.jsonl"
