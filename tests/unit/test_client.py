@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pickle
 from typing import Any
@@ -17,6 +18,7 @@ from taskstate.client import (
     Phase,
     SidecarUnavailableError,
     StateAheadError,
+    StateLostError,
     TaskState,
 )
 from taskstate.proto import codes
@@ -170,6 +172,24 @@ def test_state_ahead_is_refused_and_changes_nothing(fake: FakeSidecar, namespace
     assert f"{namespace}/c/0" in msg and "batch 9" in msg and "batch 5" in msg
     assert "Operator action" in msg
     assert t.epoch == epoch and stored(fake, namespace) == {"a": b"1"}
+
+
+def test_the_memory_model_refuses_an_unknown_namespace_past_batch_0_until_adopted(
+    fake: FakeSidecar, namespace: str
+) -> None:
+    """The same rule as Redis (test_state_lost.py): the in-memory twin of a lost Redis."""
+    ns = f"{namespace}-late"  # not known (the fixture's namespace is)
+    with pytest.raises(StateLostError, match=f"taskstate adopt {ns}"):
+        open_state(fake, ns, 3).__enter__()
+    assert not [k for k in fake.storage.tasks if k.namespace == ns]
+    with open_state(fake, f"{namespace}-new", 0) as s:  # a query's batch 0: known from then
+        s["a"] = 1
+    with open_state(fake, f"{namespace}-new", 1, part=1) as s:
+        s["b"] = 1
+    asyncio.run(fake.storage.adopt(ns))
+    with open_state(fake, ns, 3) as s:
+        s["a"] = 1
+    assert stored(fake, ns) == {"a": b"1"}
 
 
 def test_bad_value_raises_codec_error_at_assignment_before_anything_is_sent(
