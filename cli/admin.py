@@ -10,10 +10,11 @@
     taskstate health [--live]          (for Kubernetes exec probes)
 
 Every command talks to a sidecar (`--sidecar`, else $TASKSTATE_SIDECAR, else the default
-socket), which holds the Redis credentials. Nothing here claims a task: `show` and
-`export` read the committed state as the next attempt would restore it, and retry when
-a commit lands mid-read. Tables are for people, `--json` for scripts. Exit status: 0 ok,
-1 a problem (named on stderr), 2 a usage error.
+socket), which holds the Redis credentials; with `--redis-url` it starts a private one for
+the call (private.py), for operators whose jobs' sidecars are gone. Nothing here claims
+a task: `show` and `export` read the committed state as the next attempt would restore
+it, and retry when a commit lands mid-read. Tables are for people, `--json` for scripts.
+Exit status: 0 ok, 1 a problem (named on stderr), 2 a usage error.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ from taskstate.client._transport import translate
 from taskstate.proto import ids
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
+
+from .private import PrivateSidecarError, private_sidecar
 
 IMPORT_CHUNK = 5000
 READ_ATTEMPTS = 8  # with jittered, doubling pauses: about 4 s at most
@@ -511,6 +514,15 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         default=None,
         help=f"the sidecar to ask (default: ${ENV_SIDECAR}, else {DEFAULT_SIDECAR})",
     )
+    if command != "health":
+        p.add_argument(
+            "--redis-url",
+            default=None,
+            metavar="URL",
+            help="ask this Redis through a private sidecar started for the call, instead "
+            "of a running one (the password from $TASKSTATE_REDIS_PASSWORD or "
+            "$TASKSTATE_REDIS_PASSWORD_FILE, as for `taskstate sidecar`)",
+        )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per call (default 60)")
     p.add_argument(
         "--token-file",
@@ -555,16 +567,24 @@ def main(command: str, argv: Sequence[str], out: IO[str] | None = None) -> int:
     """Run one operator command; the exit status."""
     out = out or sys.stdout
     a = build_parser(command).parse_args(list(argv))
-    sidecar = a.sidecar or os.environ.get(ENV_SIDECAR) or DEFAULT_SIDECAR
     try:
-        admin = Admin(sidecar, a.timeout, SidecarSecurity.from_env(token_file=a.token_file))
-        return COMMANDS[command](a, admin, out)
+        if getattr(a, "redis_url", None):
+            if a.sidecar:
+                raise UsageError("--sidecar and --redis-url: give one or the other")
+            with private_sidecar(a.redis_url, need_redis=command != "doctor") as target:
+                return _run(command, a, target, out)
+        return _run(command, a, a.sidecar or os.environ.get(ENV_SIDECAR) or DEFAULT_SIDECAR, out)
     except UsageError as exc:
         print(f"taskstate {command}: {exc}", file=sys.stderr)
         return 2
     except (TaskStateError, ConfigError) as exc:
         print(f"taskstate {command}: {exc}", file=sys.stderr)
         return 1
-    except OSError as exc:
+    except (OSError, PrivateSidecarError) as exc:
         print(f"taskstate {command}: {exc}", file=sys.stderr)
         return 1
+
+
+def _run(command: str, a: argparse.Namespace, sidecar: str, out: IO[str]) -> int:
+    admin = Admin(sidecar, a.timeout, SidecarSecurity.from_env(token_file=a.token_file))
+    return COMMANDS[command](a, admin, out)

@@ -285,3 +285,22 @@ def test_the_sidecar_warns_at_start_about_a_redis_that_can_lose_state(
     assert {w["check"] for w in warnings} == {"persistence", "eviction"}, warnings
     assert all(w["level"] == "warning" for w in warnings), warnings
     assert "redis can lose task state" not in quiet.log_path.read_text()
+
+
+def test_operator_commands_reach_a_redis_without_a_running_sidecar(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str, tmp_path: Path
+) -> None:
+    """`--redis-url`: a private sidecar for the call (a plugin job's sidecars are gone)."""
+    with ts(sidecar, namespace, 0) as s:
+        s["k"] = 1
+    url = ["--redis-url", redis_server.url]
+    listed = json.loads(cli("ls", namespace, "--json", *url).stdout)
+    assert [t["task"] for t in listed] == [f"{namespace}/c/0"]
+    assert '"k"' in cli("show", f"{namespace}/c/0", "--json", *url).stdout
+    assert "already known" in cli("adopt", namespace, *url).stdout
+    assert "[ok] redis reachable" in cli("doctor", *url, check=1).stdout  # no persistence
+    r = cli("ls", *url, sidecar=sidecar, check=2)
+    assert "--sidecar and --redis-url: give one or the other" in r.stderr
+    r = cli("ls", "--redis-url", f"unix://{tmp_path}/nothing.sock", check=1)
+    assert r.stderr.startswith(f"taskstate ls: Redis at unix://{tmp_path}/nothing.sock does not")
+    assert "Traceback" not in r.stderr
