@@ -1,8 +1,10 @@
 """`taskstate spark-package --out DIR`: what a spark-submit needs to run taskstate.
 
 Writes:
-- `DIR/taskstate-plugin.jar`: the executor plugin, compiled with `javac --release 17`
-  against the jars inside the installed pyspark (no Maven);
+- `DIR/taskstate-plugin.jar`: the executor plugin. The wheel carries it, compiled with
+  `javac --release 17` against pyspark's jars when the wheel was built (setup.py); an
+  install from a source tree without it compiles it here, against the installed pyspark
+  (no Maven);
 - `DIR/taskstate-pyfiles.zip`: the pure-Python `taskstate` package for `--py-files`;
 - with `--pack-env`, `DIR/taskstate-env.tar.gz`: a packed virtual environment (grpcio
   and friends are compiled and cannot ride in a zip) for `--archives ...#taskstate-env`.
@@ -42,13 +44,34 @@ def _pyspark_jars() -> Path:
     return jars
 
 
-def _java_sources() -> list[Path]:
-    """The plugin's classes: the plugin, the sidecar supervisor and the flush barrier."""
-    src = Path(str(resources.files("taskstate.spark_plugin").joinpath("java/io/taskstate/spark")))
-    return sorted(src.glob("*.java"))
+def _java_sources(root: Path | None = None) -> list[Path]:
+    """The plugin's classes: the plugin, the sidecar supervisor and the flush barrier.
+
+    `root`: the spark_plugin folder (setup.py's, when the wheel is built); default: the
+    installed package's.
+    """
+    if root is None:
+        root = Path(str(resources.files("taskstate.spark_plugin")))
+    return sorted((root / "java-src/io/taskstate/spark").glob("*.java"))
 
 
-def build_jar(out_dir: Path) -> Path:
+def prebuilt_jar() -> Path | None:
+    """The plugin jar the wheel carries (built when the wheel was), if it does."""
+    jar = Path(str(resources.files("taskstate.spark_plugin").joinpath(JAR_NAME)))
+    return jar if jar.is_file() else None
+
+
+def plugin_jar(out_dir: Path) -> tuple[Path, bool]:
+    """DIR/taskstate-plugin.jar: the wheel's, copied; else compiled here. (path, copied)."""
+    jar = prebuilt_jar()
+    if jar is None:
+        return build_jar(out_dir), False
+    out = out_dir / JAR_NAME
+    shutil.copyfile(jar, out)
+    return out, True
+
+
+def build_jar(out_dir: Path, sources: Path | None = None) -> Path:
     """Compile the plugin against pyspark's jars and write DIR/taskstate-plugin.jar."""
     javac, jar = shutil.which("javac"), shutil.which("jar")
     if javac is None or jar is None:
@@ -66,7 +89,7 @@ def build_jar(out_dir: Path) -> Path:
             f"{_pyspark_jars()}/*",
             "-d",
             tmp,
-            *map(str, _java_sources()),
+            *map(str, _java_sources(sources)),
         ]
         r = subprocess.run(cmd, capture_output=True, text=True, check=False)  # noqa: S603
         if r.returncode != 0:
@@ -91,7 +114,7 @@ def build_pyfiles(out_dir: Path) -> Path:
                 rel = path.relative_to(root)
                 if path.is_dir() or "__pycache__" in rel.parts or path.suffix in (".pyc",):
                     continue
-                if rel.parts[0] == "java":
+                if rel.parts[0] == "java-src":
                     continue
                 z.write(path, f"taskstate/{sub}/{rel.as_posix()}")
     return out
@@ -145,8 +168,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     out_dir = Path(ns.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     try:
-        jar = build_jar(out_dir)
-        print(f"wrote {jar}")
+        jar, copied = plugin_jar(out_dir)
+        how = "the wheel's prebuilt jar" if copied else "compiled here with javac"
+        print(f"wrote {jar} ({how})")
         pyfiles = build_pyfiles(out_dir)
         print(f"wrote {pyfiles}")
         env = pack_env(out_dir) if ns.pack_env else None

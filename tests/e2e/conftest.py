@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -15,6 +18,8 @@ from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess, find_redis_server
 
 pytestmark = pytest.mark.e2e
+
+JAR_IN_WHEEL = "taskstate/spark_plugin/taskstate-plugin.jar"
 
 
 def _require(what: str, hint: str) -> None:
@@ -52,11 +57,33 @@ def sidecar(
 
 
 @pytest.fixture(scope="session")
-def plugin_jar(spark_ready: None, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The executor plugin, built with javac against pyspark's jars."""
-    from taskstate.spark_plugin.package import build_jar
+def wheel(spark_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """taskstate's wheel, built as a release is (setup.py compiles the plugin jar into it;
+    TASKSTATE_REQUIRE_JAR=1 fails the build when it cannot)."""
+    out = tmp_path_factory.mktemp("wheel")
+    root = Path(__file__).resolve().parents[2]
+    build = tmp_path_factory.mktemp("wheel-build")
+    r = subprocess.run(  # noqa: S603 - pip on this checkout
+        [sys.executable, "-m", "pip", "wheel", str(root), "--no-deps", "--no-build-isolation",
+         "-w", str(out), "-q"],
+        env={**os.environ, "TASKSTATE_REQUIRE_JAR": "1", "TMPDIR": str(build)},
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, f"the wheel did not build:\n{r.stderr[-3000:]}"
+    shutil.rmtree(root / "build", ignore_errors=True)  # setuptools' scratch folder
+    (whl,) = out.glob("taskstate-*.whl")
+    return whl
 
-    return str(build_jar(tmp_path_factory.mktemp("jar")))
+
+@pytest.fixture(scope="session")
+def plugin_jar(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The executor plugin jar the wheel carries: every plugin test loads it in Spark."""
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        assert JAR_IN_WHEEL in names, f"the wheel carries no plugin jar: {names}"
+        jar = tmp_path_factory.mktemp("jar") / "taskstate-plugin.jar"
+        jar.write_bytes(z.read(JAR_IN_WHEEL))
+    return str(jar)
 
 
 @pytest.fixture(scope="session")

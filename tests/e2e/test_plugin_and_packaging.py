@@ -123,6 +123,31 @@ spark.stop()
 """
 
 
+def test_spark_package_copies_the_jar_the_wheel_carries(wheel: Path, tmp_path: Path) -> None:
+    """Installed from the wheel, `taskstate spark-package` compiles nothing: it copies."""
+    site = tmp_path / "site"
+    subprocess.run(  # noqa: S603 - pip installing the wheel, without its dependencies
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site),
+         str(wheel)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": f"{site}:{sysconfig.get_paths()['purelib']}"}
+    code = (
+        "import sys, taskstate.spark_plugin.package as p; "
+        "assert p.__file__.startswith(sys.argv[1]), p.__file__; "
+        "sys.exit(p.main(['--out', sys.argv[2]]))"
+    )
+    out = tmp_path / "pkg"
+    r = subprocess.run(  # noqa: S603
+        [sys.executable, "-c", code, str(site), str(out)],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "(the wheel's prebuilt jar)" in r.stdout
+    shipped = site / "taskstate/spark_plugin/taskstate-plugin.jar"
+    assert (out / "taskstate-plugin.jar").read_bytes() == shipped.read_bytes()
+
+
 def test_spark_package_outputs_run_a_job_with_spark_submit(
     spark_ready: None, redis_server: RedisServer, tmp_path: Path
 ) -> None:
