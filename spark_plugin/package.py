@@ -6,8 +6,9 @@ Writes:
   install from a source tree without it compiles it here, against the installed pyspark
   (no Maven);
 - `DIR/taskstate-pyfiles.zip`: the pure-Python `taskstate` package for `--py-files`;
-- with `--pack-env`, `DIR/taskstate-env.tar.gz`: a packed virtual environment (grpcio
-  and friends are compiled and cannot ride in a zip) for `--archives ...#taskstate-env`.
+- with `--pack-env`, `DIR/taskstate-env.tar.gz`: the executors' Python environment
+  (grpcio and friends are compiled and cannot ride in a zip), without pyspark, for
+  `--archives ...#taskstate-env` (pack_env.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from pathlib import Path
 
 JAR_NAME = "taskstate-plugin.jar"
 ZIP_NAME = "taskstate-pyfiles.zip"
-ENV_NAME = "taskstate-env.tar.gz"
 PLUGIN_CLASS = "io.taskstate.spark.TaskStatePlugin"
 SUBPACKAGES = ("client", "sidecar", "proto", "spark_plugin", "cli", "testing")
 
@@ -120,44 +120,45 @@ def build_pyfiles(out_dir: Path) -> Path:
     return out
 
 
-def pack_env(out_dir: Path) -> Path:
-    """Pack the current virtual environment with venv-pack (relocatable)."""
-    try:
-        import venv_pack  # type: ignore[import-not-found]
-    except ImportError:
-        raise PackageError(
-            "--pack-env needs venv-pack in this environment: pip install venv-pack"
-        ) from None
-    out = out_dir / ENV_NAME
-    venv_pack.pack(output=str(out), force=True)
-    return out
-
-
 def submit_flags(out_dir: Path, redis_url: str, env: Path | None) -> list[str]:
-    """The spark-submit flags that use what was written."""
+    """The spark-submit flags that use what was written (client and cluster mode)."""
     flags = [
         f"--jars {out_dir / JAR_NAME}",
         f"--py-files {out_dir / ZIP_NAME}",
         f"--conf spark.plugins={PLUGIN_CLASS}",
         f"--conf spark.taskstate.redisUrl={redis_url}",
+        "--conf spark.speculation=false",
     ]
     if env is not None:
         flags += [
             f"--archives {env}#taskstate-env",
+            # the executors' Python workers and the plugin's sidecar; in cluster mode the
+            # driver too (it runs where the archive is unpacked)
             "--conf spark.pyspark.python=./taskstate-env/bin/python",
             "--conf spark.taskstate.python=./taskstate-env/bin/python",
         ]
     return flags
 
 
+def client_mode_flags(env: Path | None) -> list[str]:
+    """What client mode adds: the driver runs here, where ./taskstate-env does not exist."""
+    if env is None:
+        return []
+    return [f"--conf spark.pyspark.driver.python={sys.executable}"]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Build the plugin jar, the py-files zip and (optionally) a packed environment."""
+    # (imported here: setup.py loads this file on its own, outside its package)
+    from .pack_env import PackEnvError, pack_env
+
     p = argparse.ArgumentParser(prog="taskstate spark-package", description=__doc__)
     p.add_argument("--out", required=True, help="directory to write into")
     p.add_argument(
         "--pack-env",
         action="store_true",
-        help="also pack this virtual environment (needs venv-pack)",
+        help="also pack what the executors' Python needs (taskstate's dependencies, pandas, "
+        "pyarrow; not pyspark) for --archives",
     )
     p.add_argument(
         "--redis-url",
@@ -173,11 +174,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {jar} ({how})")
         pyfiles = build_pyfiles(out_dir)
         print(f"wrote {pyfiles}")
-        env = pack_env(out_dir) if ns.pack_env else None
-        if env is not None:
-            print(f"wrote {env}")
-    except PackageError as exc:
+        env = None
+        if ns.pack_env:
+            env, dists = pack_env(out_dir)
+            size = env.stat().st_size / 2**20
+            print(f"wrote {env} ({size:.0f} MiB: {', '.join(dists)}; no pyspark)")
+    except (PackageError, PackEnvError) as exc:
         print(f"taskstate spark-package: {exc}", file=sys.stderr)
         return 1
     print("\nspark-submit flags:\n  " + " \\\n  ".join(submit_flags(out_dir, ns.redis_url, env)))
+    if env is not None:
+        print("in client mode (the driver runs here), also:\n  " + "\n  ".join(
+            client_mode_flags(env)))  # fmt: skip
     return 0

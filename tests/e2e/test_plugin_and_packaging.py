@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import time
 import uuid
 from pathlib import Path
@@ -233,3 +234,90 @@ def test_spark_package_outputs_run_a_job_with_spark_submit(
         assert sidecar.startswith("unix:///tmp/taskstate-run/jvm-")  # the plugin's sidecar
     c = redis_server.client()
     assert {c.hget(data_key(ns, "submitted", p), "n") for p in (0, 1)} == {b"50"}
+
+
+PACKED_JOB = """
+import json, sys
+from pyspark import TaskContext
+from pyspark.sql import SparkSession
+import taskstate.client
+from taskstate.client import TaskState
+
+NAMESPACE = sys.argv[1]
+
+def work(rows):
+    import pyspark
+    ctx = TaskContext.get()
+    with TaskState(ctx, component="packed", namespace=NAMESPACE) as s:
+        for r in rows:
+            s["n"] = s.get("n", 0) + 1
+        yield (ctx.partitionId(), s["n"], sys.executable, pyspark.__file__,
+               taskstate.client.__file__, s.config.sidecar)
+
+spark = SparkSession.builder.getOrCreate()
+out = spark.sparkContext.parallelize(range(100), 2).mapPartitions(work).collect()
+json.dump({"rows": out, "driver": sys.executable}, open(sys.argv[2], "w"))
+spark.stop()
+"""
+
+
+def _printed_flags(stdout: str) -> list[str]:
+    """The spark-submit arguments `taskstate spark-package` printed, both blocks."""
+    args: list[str] = []
+    for line in stdout.splitlines():
+        line = line.strip().removesuffix("\\").strip()
+        if line.startswith("--"):
+            args += line.split(" ", 1)
+    return args
+
+
+def test_the_packed_environment_runs_a_client_mode_job_as_printed(
+    spark_ready: None, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """`--pack-env` without pyspark, and its flags exactly as printed, in client mode on
+    local-cluster: the driver runs here, the executors' workers and the plugin's sidecars
+    in ./taskstate-env."""
+    pkg = tmp_path / "pkg"
+    r = subprocess.run(  # noqa: S603
+        [sys.executable, "-m", "taskstate.cli.main", "spark-package", "--out", str(pkg),
+         "--pack-env", "--redis-url", redis_server.url],
+        capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    env_tar = pkg / "taskstate-env.tar.gz"
+    assert env_tar.stat().st_mode & 0o777 == 0o644
+    with tarfile.open(env_tar) as tar:
+        top = {n.split("/")[3] for n in tar.getnames() if n.count("/") >= 3}
+    assert "grpc" in top and "pandas" in top and "hiredis" in top
+    assert not {"pyspark", "py4j"} & top, "the cluster's Spark brings pyspark"
+    assert env_tar.stat().st_size < 200 * 2**20
+    flags = _printed_flags(r.stdout)
+    assert "spark.speculation=false" in flags
+    assert f"spark.pyspark.driver.python={sys.executable}" in flags
+    job = tmp_path / "job.py"
+    job.write_text(PACKED_JOB)
+    ns = f"packed-{uuid.uuid4().hex[:6]}"
+    result = tmp_path / "result.json"
+    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"),
+           "SPARK_LOCAL_IP": "127.0.0.1"}  # fmt: skip
+    if "JAVA_HOME" in os.environ:
+        env["JAVA_HOME"] = os.environ["JAVA_HOME"]
+    submit = Path(sys.executable).parent / "spark-submit"
+    r = subprocess.run(  # noqa: S603
+        [str(submit), "--master", "local-cluster[2,1,1024]", "--deploy-mode", "client",
+         "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=768m",
+         *flags, str(job), ns, str(result)],
+        env=env, capture_output=True, text=True, timeout=600, check=False,
+        start_new_session=True,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-4000:]
+    out = json.loads(result.read_text())
+    assert out["driver"] == sys.executable
+    assert sorted(row[1] for row in out["rows"]) == [50, 50]
+    for _, _, python, pyspark_file, client_file, sidecar in out["rows"]:
+        assert python.endswith("taskstate-env/bin/python"), python
+        assert "pyspark.zip" in pyspark_file, pyspark_file  # Spark's own, not the env's
+        assert "taskstate-pyfiles.zip" in client_file
+        assert sidecar.startswith("unix:///tmp/taskstate-run/jvm-")  # the plugin's sidecar
+    c = redis_server.client()
+    assert {c.hget(data_key(ns, "packed", p), "n") for p in (0, 1)} == {b"50"}

@@ -1,0 +1,123 @@
+"""`taskstate spark-package --pack-env`: the Python environment executors need, packed.
+
+grpcio, orjson and the other compiled dependencies cannot ride in a py-files zip. This
+packs a relocatable virtual environment for `--archives DIR/taskstate-env.tar.gz#taskstate-env`
+with only what the executors' Python workers and the plugin's sidecar import:
+taskstate's runtime dependencies and pandas and pyarrow (pandas UDFs), each with its own
+dependencies, copied from this environment. Not pyspark nor py4j: the cluster's Spark
+puts its own on the workers' PYTHONPATH. Not taskstate itself: `--py-files` carries it.
+
+The layout is a virtual environment whose `bin/python` links to this environment's base
+interpreter (`pyvenv.cfg` names its folder), so the executors need that Python at the
+same path, as with venv-pack; the archive is world-readable (0644).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import tarfile
+from collections.abc import Iterable
+from importlib import metadata
+from pathlib import Path
+
+ENV_NAME = "taskstate-env.tar.gz"
+# what the executors import besides taskstate's own dependencies (pandas UDFs)
+EXECUTOR_EXTRAS = ("pandas", "pyarrow")
+# what the cluster's Spark provides, and build-time tools
+LEFT_OUT = {"pyspark", "py4j", "pip", "setuptools", "wheel"}
+
+
+def _wanted(requirement: str, extras: frozenset[str]) -> tuple[str, frozenset[str]] | None:
+    """The distribution a requirement line names, with the extras it asks for.
+
+    None when its marker excludes it here (`extras`: those asked of the distribution
+    whose requirement it is).
+    """
+    from packaging.requirements import Requirement  # pip and setuptools bring it
+
+    r = Requirement(requirement)
+    if r.marker is not None and not any(r.marker.evaluate({"extra": e}) for e in (extras or {""})):
+        return None
+    return r.name, frozenset(r.extras)
+
+
+def _key(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def closure(roots: Iterable[str]) -> list[metadata.Distribution]:
+    """The installed distributions that `roots` (requirement lines) need.
+
+    With their own requirements and those of the extras asked for; LEFT_OUT excepted.
+    """
+    seen: dict[str, metadata.Distribution] = {}
+    done: set[tuple[str, frozenset[str]]] = set()
+    todo = [w for r in roots if (w := _wanted(r, frozenset())) is not None]
+    while todo:
+        name, extras = todo.pop()
+        key = _key(name)
+        if key in LEFT_OUT or (key, extras) in done:
+            continue
+        done.add((key, extras))
+        try:
+            dist = seen.get(key) or metadata.distribution(name)
+        except metadata.PackageNotFoundError:
+            raise PackEnvError(
+                f"{name} is not installed in this environment ({sys.prefix}); install it "
+                "(pip install 'taskstate[spark]') and pack again"
+            ) from None
+        seen[key] = dist
+        todo.extend(w for r in dist.requires or [] if (w := _wanted(r, extras)) is not None)
+    return sorted(seen.values(), key=lambda d: _key(d.metadata["Name"]))
+
+
+class PackEnvError(RuntimeError):
+    """The environment cannot be packed; the message says what to install."""
+
+
+def executor_roots() -> list[str]:
+    """Taskstate's runtime requirements, and what pandas UDFs import."""
+    try:
+        requires = metadata.distribution("taskstate").requires or []
+    except metadata.PackageNotFoundError:
+        raise PackEnvError("taskstate is not installed in this environment") from None
+    return [*requires, *EXECUTOR_EXTRAS]
+
+
+def pack_env(out_dir: Path) -> tuple[Path, list[str]]:
+    """Write DIR/taskstate-env.tar.gz; return it and the distributions it holds."""
+    dists = closure(executor_roots())
+    base = Path(getattr(sys, "_base_executable", sys.executable)).resolve()
+    pyver = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    site = f"lib/{pyver}/site-packages"
+    out = out_dir / ENV_NAME
+    tmp = out.with_suffix(".part")
+    with tarfile.open(tmp, "w:gz") as tar:
+        cfg = (
+            f"home = {base.parent}\ninclude-system-site-packages = false\n"
+            f"version = {sys.version_info.major}.{sys.version_info.minor}."
+            f"{sys.version_info.micro}\n"
+        ).encode()
+        info = tarfile.TarInfo("pyvenv.cfg")
+        info.size, info.mode = len(cfg), 0o644
+        tar.addfile(info, io.BytesIO(cfg))
+        for link in ("python", "python3", pyver):
+            info = tarfile.TarInfo(f"bin/{link}")
+            info.type, info.linkname, info.mode = tarfile.SYMTYPE, str(base), 0o755
+            tar.addfile(info)
+        for dist in dists:
+            root = Path(str(dist.locate_file(""))).resolve()
+            for f in dist.files or []:
+                path = Path(str(dist.locate_file(f))).resolve()
+                if not path.is_file() or "__pycache__" in f.parts:
+                    continue
+                try:
+                    rel = path.relative_to(root)
+                except ValueError:
+                    continue  # outside site-packages: console scripts, headers
+                tar.add(path, f"{site}/{rel.as_posix()}", recursive=False)
+    os.chmod(tmp, 0o644)
+    tmp.replace(out)
+    return out, [f"{d.metadata['Name']} {d.version}" for d in dists]
