@@ -533,14 +533,14 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     if command == "ls":
         p.add_argument("scope", nargs="?", default="", metavar="NAMESPACE[/COMPONENT]",
                        help="without it: the namespaces that have state")  # fmt: skip
-        p.add_argument("--json", action="store_true")
+        p.add_argument("--json", action="store_true", help="JSON for scripts, not a table")
     elif command == "show":
-        p.add_argument("task", metavar="NAMESPACE/COMPONENT/PARTITION")
+        p.add_argument("task", metavar="NAMESPACE/COMPONENT/PARTITION", help="the task to show")
         p.add_argument("--keys", default="", metavar="PATTERN", help="only keys matching this glob")
-        p.add_argument("--json", action="store_true")
+        p.add_argument("--json", action="store_true", help="JSON for scripts, not a table")
         p.add_argument("--width", type=int, default=120, help="truncate values wider than this")
     elif command == "export":
-        p.add_argument("scope", metavar="NAMESPACE[/COMPONENT]")
+        p.add_argument("scope", metavar="NAMESPACE[/COMPONENT]", help="what to export")
         p.add_argument("--out", metavar="FILE", help="write JSON lines here (default: stdout)")
     elif command == "import":
         p.add_argument(
@@ -548,7 +548,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         )
         p.add_argument("--replace", action="store_true", help="replace tasks that have state")
     elif command == "drop":
-        p.add_argument("scope", metavar="NAMESPACE[/COMPONENT[/PARTITION]]")
+        p.add_argument("scope", metavar="NAMESPACE[/COMPONENT[/PARTITION]]", help="what to drop")
         p.add_argument("--yes", action="store_true", help="really delete the stored state")
     elif command == "adopt":
         p.add_argument("namespace", metavar="NAMESPACE",
@@ -559,7 +559,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         p.add_argument("--durability", default="applied",
                        help="the durability your jobs use: applied, replicated:N, fsynced, "
                        "replicated:N,fsynced (default applied)")  # fmt: skip
-        p.add_argument("--json", action="store_true")
+        p.add_argument("--json", action="store_true", help="JSON for scripts, not a report")
     return p
 
 

@@ -160,7 +160,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help='require tokens: JSON {"tokens": [{name, token, namespaces}]} (or '
         "$TASKSTATE_TOKENS); tokens never go on the command line",
     )
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="the least severe records logged (info)",
+    )
 
 
 def _positive(value: str) -> int:

@@ -298,10 +298,10 @@ def _print_tables(results: list[RunResult], golden: dict[str, Any], truth: dict[
 def build_parser() -> argparse.ArgumentParser:
     """The example's options (also used by the tests to build a Runner)."""
     p = argparse.ArgumentParser(prog="taskstate example", description=__doc__.split("\n\n")[0])
-    p.add_argument("--batches", type=int, default=6)
-    p.add_argument("--events-per-batch", type=int, default=400)
-    p.add_argument("--keys", type=int, default=40)
-    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--batches", type=int, default=6, help="micro-batches per run (6)")
+    p.add_argument("--events-per-batch", type=int, default=400, help="events per batch (400)")
+    p.add_argument("--keys", type=int, default=40, help="distinct keys the events count (40)")
+    p.add_argument("--partitions", type=int, default=4, help="stateful tasks (4)")
     p.add_argument("--fault-batch", type=int, default=3, help="the batch in which faults strike")
     p.add_argument("--master", default="local[2,4]", help="Spark master (retries enabled)")
     p.add_argument(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from taskstate.cli.main import main
@@ -21,3 +23,26 @@ def test_state_ahead_names_the_task_and_the_component_to_drop() -> None:
     assert "batch 9" in msg and "batch 5" in msg
     assert "`taskstate drop jobs/totals/3 --yes`" in msg
     assert "`taskstate drop jobs/totals --yes` for every task of the component" in msg
+
+
+def _parsers() -> list[tuple[str, argparse.ArgumentParser]]:
+    from taskstate.cli.admin import COMMANDS, build_parser
+    from taskstate.sidecar.cli import add_arguments
+    from taskstate.spark_plugin import demo, example
+
+    sidecar = argparse.ArgumentParser(prog="taskstate sidecar")
+    add_arguments(sidecar)
+    out = [(f"taskstate {c}", build_parser(c)) for c in COMMANDS]
+    out += [("taskstate sidecar", sidecar), ("taskstate demo", demo.build_parser()),
+            ("taskstate example", example.build_parser())]  # fmt: skip
+    return out
+
+
+def test_every_option_of_every_command_says_what_it_does() -> None:
+    missing = [
+        f"{name} {'/'.join(a.option_strings) or a.dest}"
+        for name, parser in _parsers()
+        for a in parser._actions
+        if a.help is None and a.dest != "help"
+    ]
+    assert missing == [], f"options without help text: {missing}"
