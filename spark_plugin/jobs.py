@@ -153,20 +153,33 @@ class JobOptions:
             return _PLAIN.setdefault((self.namespace, part), {})
         from taskstate.client import TaskState
 
+        held = _held_version(f"{self.namespace}/{COMPONENT}/{part}")
         s = TaskState(
             ctx, component=COMPONENT, namespace=self.namespace, sidecar=self.sidecar
         ).__enter__()
-        record_open(self, s)
+        record_open(self, s, held)
         return s
 
 
-def record_open(opts: JobOptions, s: Any) -> None:
+def _held_version(task_id: str) -> str | None:
+    """The version of the whole, committed copy of the task this worker holds, if any."""
+    from taskstate.client import _cache
+
+    prior = _cache.sessions.get(task_id)
+    if prior is None or prior.data is None or not prior.complete or prior.deferred:
+        return None
+    return prior.version
+
+
+def record_open(opts: JobOptions, s: Any, held: str | None = None) -> None:
     """Append what an Open found to `fault_dir/opens.jsonl`, with this worker's pid.
 
     The e2e tests read hand-overs from it: a task whose batch runs in another Python
     worker than its previous batch, and how that worker got the state (a delta, on-demand
-    reads, never the whole state at Open). Blocks that reuse their attempt's claim (the
-    later groups of applyInPandasWithState) are not Opens and are left out.
+    reads, or the whole state at Open only when the whole copy it `held` was a few
+    commits old and yet more had changed than the log keeps). Blocks that reuse their
+    attempt's claim (the later groups of applyInPandasWithState) are not Opens and are
+    left out.
     """
     if not opts.fault_dir or s is None or s.info.reused_claim:
         return
@@ -174,7 +187,7 @@ def record_open(opts: JobOptions, s: Any) -> None:
     line = json.dumps({
         "batch": s.batch_id, "part": s.partition, "pid": os.getpid(), "size": i.size,
         "delta": i.delta, "on_demand": i.on_demand, "restored": i.restored,
-        "restored_keys": i.restored_keys,
+        "restored_keys": i.restored_keys, "version": i.version, "held": held,
     })  # fmt: skip
     _append_line(Path(opts.fault_dir) / "opens.jsonl", line)
 
