@@ -60,6 +60,17 @@ def test_plugin_sidecar_killed_mid_job_is_restarted_and_the_job_is_correct(
         ]
     )
     runner = Runner(tmp_path, redis_server.url, "", ns)
+    # what ended executors left (pids above pid_max: never alive): the plugin's executors
+    # remove the sockets, and the logs past spark.taskstate.logRetentionHours (168)
+    run_dir = Path("/tmp/taskstate-run")
+    run_dir.mkdir(exist_ok=True)
+    old_log, new_log, stale = (run_dir / f"jvm-99999999{i}.{kind}"
+                               for i, kind in ((1, "log"), (2, "log"), (3, "sock")))  # fmt: skip
+    for f in (old_log, new_log, stale):
+        f.write_text("left over\n")
+    eight_days = time.time() - 8 * 24 * 3600
+    os.utime(old_log, (eight_days, eight_days))
+    os.utime(stale, (eight_days, eight_days))
     before = set(_sidecars())
     extra = [
         "--plugin-jar",
@@ -99,6 +110,8 @@ def test_plugin_sidecar_killed_mid_job_is_restarted_and_the_job_is_correct(
     assert state_from_rows(rows) == truth and len(rows) == batches * per_batch
     # the job's tasks found the plugin's sidecars with no TASKSTATE_SIDECAR anywhere
     assert "TASKSTATE_SIDECAR" not in runner.env()
+    assert not old_log.exists() and not stale.exists() and new_log.exists()
+    new_log.unlink()
 
 
 SUBMIT_JOB = """
@@ -298,8 +311,10 @@ def test_the_packed_environment_runs_a_client_mode_job_as_printed(
     job.write_text(PACKED_JOB)
     ns = f"packed-{uuid.uuid4().hex[:6]}"
     result = tmp_path / "result.json"
-    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/tmp"),
-           "SPARK_LOCAL_IP": "127.0.0.1"}  # fmt: skip
+    # this venv activated (its python3 finds SPARK_HOME), and no PYSPARK_* variables:
+    # the printed flags alone choose the driver's and the executors' Pythons
+    path = f"{Path(sys.executable).parent}:{os.environ['PATH']}"
+    env = {"PATH": path, "HOME": os.environ.get("HOME", "/tmp"), "SPARK_LOCAL_IP": "127.0.0.1"}
     if "JAVA_HOME" in os.environ:
         env["JAVA_HOME"] = os.environ["JAVA_HOME"]
     submit = Path(sys.executable).parent / "spark-submit"

@@ -79,8 +79,11 @@ public final class SidecarSupervisor implements ExecutorPlugin {
     if (!extra.isEmpty()) {
       Collections.addAll(command, extra.split("\\s+"));
     }
+    long retentionHours = Long.parseLong(conf.get("spark.taskstate.logRetentionHours", "168"));
     try {
       Files.createDirectories(runDir);
+      RunDirCleaner.clean(runDir, TimeUnit.HOURS.toMillis(retentionHours),
+          System.currentTimeMillis());
       start();
     } catch (IOException | InterruptedException e) {
       throw new IllegalStateException("taskstate plugin: could not start the sidecar ("
