@@ -115,20 +115,26 @@ def test_an_older_attempt_never_reads_a_newer_attempts_commit(
         old.__exit__(None, None, None)  # and its commit is fenced, as ever
 
 
+def read_one_by_one(side: SidecarProcess, namespace: str, n: int, reads: int) -> dict[str, float]:
+    """Commit `n` keys, then read `reads` of them one by one on a cold worker (it must
+    end with the whole state); the sidecar's counters that moved meanwhile."""
+    with ts(side, namespace, 0) as s:
+        s.update({f"k{i}": i for i in range(n)})
+    _cache.sessions.clear()
+    before = counters(side)
+    with ts(side, namespace, 1) as s:
+        total = sum(s[f"k{i}"] for i in range(reads))
+        assert total == sum(range(reads)) and s.info.restored
+    return moved(before, counters(side))
+
+
 def test_single_reads_past_a_share_of_the_state_load_the_rest(
     metered_sidecar: SidecarProcess, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # restores timed as very slow: the count decides, max(MISS_MIN, n / MISS_FRACTION) = 156
     monkeypatch.setattr(_reads, "_restore_rate", [1.0])
     n = 20_000
-    with ts(metered_sidecar, namespace, 0) as s:
-        s.update({f"k{i}": i for i in range(n)})
-    _cache.sessions.clear()
-    before = counters(metered_sidecar)
-    with ts(metered_sidecar, namespace, 1) as s:
-        total = sum(s[f"k{i}"] for i in range(1_000))
-        assert total == sum(range(1_000)) and s.info.restored
-    m = moved(before, counters(metered_sidecar))
+    m = read_one_by_one(metered_sidecar, namespace, n, 1_000)
     assert m["gets"] == max(MISS_MIN, n // MISS_FRACTION) and m["restores"] == 1
 
 
@@ -140,14 +146,7 @@ def test_single_reads_that_took_as_long_as_a_restore_load_the_rest(
     loaded (here restores are timed as instant: right after MISS_MIN)."""
     monkeypatch.setattr(_reads, "_restore_rate", [1e-12])
     n = 20_000
-    with ts(metered_sidecar, namespace, 0) as s:
-        s.update({f"k{i}": i for i in range(n)})
-    _cache.sessions.clear()
-    before = counters(metered_sidecar)
-    with ts(metered_sidecar, namespace, 1) as s:
-        total = sum(s[f"k{i}"] for i in range(1_000))
-        assert total == sum(range(1_000)) and s.info.restored
-    m = moved(before, counters(metered_sidecar))
+    m = read_one_by_one(metered_sidecar, namespace, n, 1_000)
     assert m["gets"] == MISS_MIN and m["restores"] == 1
     # and a whole restore of this process is timed for the next decision
     assert _reads._restore_rate[0] > 1e-9

@@ -29,15 +29,22 @@ def run_batch(side: SidecarProcess, ns: str, batch: int, keys: int = 200) -> Non
             s[f"k{i}"] = s.get(f"k{i}", 0) + batch + 1
 
 
-def open_fails(side: SidecarProcess, r: RedisServer, ns: str, batch: int) -> str:
-    """Open at `batch` must fail with StateLostError and leave Redis exactly as it was."""
+def refused(side: SidecarProcess, r: RedisServer, ns: str, batch: int) -> str:
+    """Open at `batch` must fail with StateLostError, leave Redis exactly as it was, and
+    name the operator's way back; the message."""
     before = snapshot(r, ns)
     with pytest.raises(StateLostError) as info:
         run_batch(side, ns, batch)
     assert snapshot(r, ns) == before, "a refused Open wrote something"
     message = str(info.value)
-    assert f"task {ns}/c/0" in message and f"taskstate drop {ns}/c/0 --yes" in message
     assert "Nothing was changed" in message and "taskstate import" in message
+    return message
+
+
+def open_fails(side: SidecarProcess, r: RedisServer, ns: str, batch: int) -> str:
+    """A task's loss: refused, naming the task and its drop."""
+    message = refused(side, r, ns, batch)
+    assert f"task {ns}/c/0" in message and f"taskstate drop {ns}/c/0 --yes" in message
     return message
 
 
@@ -53,16 +60,11 @@ def drop(side: SidecarProcess, task: str) -> None:
 
 def namespace_lost(side: SidecarProcess, r: RedisServer, ns: str, batch: int) -> None:
     """Open at `batch` must fail: Redis has no record of the namespace; nothing written."""
-    before = snapshot(r, ns)
-    with pytest.raises(StateLostError) as info:
-        run_batch(side, ns, batch)
-    assert snapshot(r, ns) == before, "a refused Open wrote something"
-    message = str(info.value)
+    message = refused(side, r, ns, batch)
     assert f"task {ns}/c/0: Spark runs batch {batch}, but Redis has no record of namespace" in (
         message
     )
-    assert f"`taskstate adopt {ns}`" in message and "taskstate import" in message
-    assert "Nothing was changed" in message
+    assert f"`taskstate adopt {ns}`" in message
 
 
 def test_metadata_whose_data_is_gone_is_refused(

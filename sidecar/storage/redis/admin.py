@@ -118,12 +118,6 @@ class RedisAdmin:
         indexed, members, has_record = await self._conn.run("index", call)
         return bool(indexed), bool(members) or bool(has_record)
 
-    async def _note(self, namespace: str, field: str) -> None:
-        """Stamp the namespace's record (`adopt`, `drop`): it stays known when emptied."""
-        client = self._conn.client
-        record = namespace_key(namespace)
-        await self._conn.run("index", lambda: client.hset(record, field, f"{time.time():.3f}"))
-
     async def adopt(self, namespace: str) -> tuple[bool, int]:
         """Record the namespace as going on from here: (known before, tasks indexed)."""
         index, record = index_key(namespace), namespace_key(namespace)
@@ -132,13 +126,12 @@ class RedisAdmin:
             pipe = self._conn.client.pipeline(transaction=False)
             pipe.scard(index)
             pipe.exists(record)
+            pipe.hset(record, "adopted_at", f"{time.time():.3f}")
+            # sidecars that refused a task of it because Redis lost commits accept it now
+            pipe.hincrby(record, "adoptions", 1)
             return await pipe.execute()
 
-        members, has_record = await self._conn.run("adopt", call)
-        await self._note(namespace, "adopted_at")
-        client = self._conn.client
-        # sidecars that refused a task of it because Redis lost commits accept it now
-        await self._conn.run("adopt", lambda: client.hincrby(record, "adoptions", 1))
+        members, has_record, _, _ = await self._conn.run("adopt", call)
         return bool(members) or bool(has_record), int(members)
 
     async def _adoptions(self, namespace: str) -> int:
@@ -182,7 +175,8 @@ class RedisAdmin:
             if await self._conn.run("drop", call):
                 dropped += 1
         if targets:  # an explicit reset: the namespace goes on, known, even if now empty
-            await self._note(namespace, "reset_at")
+            record, now = namespace_key(namespace), f"{time.time():.3f}"
+            await self._conn.run("drop", lambda: client.hset(record, "reset_at", now))
         return dropped
 
     async def read(
