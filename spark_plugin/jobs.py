@@ -312,8 +312,10 @@ def processor_class(opts: JobOptions, pandas: bool) -> Any:
                 _, _, part = task_info() if _in_task() else (None, -1, -1)
                 self.plain = _PLAIN.setdefault((opts.namespace, part), {})
             else:
+                _, _, part = task_info()
+                held = _held_version(f"{opts.namespace}/{COMPONENT}/{part}")
                 super().init(handle)
-                record_open(opts, self.state)
+                record_open(opts, self.state, held)
 
         def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:  # noqa: N802, N803
             _, batch, part = task_info()
