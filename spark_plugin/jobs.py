@@ -312,8 +312,11 @@ def processor_class(opts: JobOptions, pandas: bool) -> Any:
                 _, _, part = task_info() if _in_task() else (None, -1, -1)
                 self.plain = _PLAIN.setdefault((opts.namespace, part), {})
             else:
-                _, _, part = task_info()
-                held = _held_version(f"{opts.namespace}/{COMPONENT}/{part}")
+                # init() also runs once on the driver (Spark's pre-init, no task).
+                held = None
+                if _in_task():
+                    _, _, part = task_info()
+                    held = _held_version(f"{opts.namespace}/{COMPONENT}/{part}")
                 super().init(handle)
                 record_open(opts, self.state, held)
 
