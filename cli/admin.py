@@ -6,6 +6,7 @@
     taskstate import FILE [--replace]
     taskstate drop NS[/COMPONENT[/PARTITION]] --yes
     taskstate adopt NS
+    taskstate rescale NS/COMPONENT --to N [--key-type TYPE]     (rescale.py)
     taskstate doctor [--durability LEVEL] [--json]
     taskstate health [--live]          (for Kubernetes exec probes)
 
@@ -47,6 +48,8 @@ from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 
 from .private import PrivateSidecarError, private_sidecar
+from .rescale import add_arguments as rescale_arguments
+from .rescale import cmd_rescale
 
 IMPORT_CHUNK = 5000
 READ_ATTEMPTS = 8  # with jittered, doubling pauses: about 4 s at most
@@ -501,6 +504,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Admin, IO[str]], int]] = {
     "import": cmd_import,
     "drop": cmd_drop,
     "adopt": cmd_adopt,
+    "rescale": cmd_rescale,
     "doctor": cmd_doctor,
     "health": cmd_health,
 }
@@ -553,6 +557,8 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     elif command == "adopt":
         p.add_argument("namespace", metavar="NAMESPACE",
                        help="the namespace whose query goes on from its next batch")  # fmt: skip
+    elif command == "rescale":
+        rescale_arguments(p)
     elif command == "health":
         p.add_argument("--live", action="store_true", help="succeed when it answers at all")
     elif command == "doctor":

@@ -9,6 +9,8 @@
 - `taskstate ls | show | export | import | drop | adopt | doctor | health`: see inside
   the stored state, move it, drop it, adopt a namespace whose state was lost or that
   starts past batch 0, check the setup; `taskstate COMMAND --help` for each.
+- `taskstate rescale NS/COMPONENT --to N`: move a component's keys to the partitions
+  Spark gives them for N (after a change of partition count).
 """
 
 from __future__ import annotations
@@ -17,7 +19,17 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-ADMIN_COMMANDS = ("ls", "show", "export", "import", "drop", "adopt", "doctor", "health")
+ADMIN_COMMANDS = (
+    "ls",
+    "show",
+    "export",
+    "import",
+    "drop",
+    "adopt",
+    "rescale",
+    "doctor",
+    "health",
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

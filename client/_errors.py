@@ -79,6 +79,15 @@ class StateLostError(TaskStateError):
     code = codes.STATE_LOST
 
 
+class PartitionCountError(TaskStateError):
+    """A component run under another partition count than its state's; nothing changed.
+
+    Also while `taskstate rescale` moves the component's keys.
+    """
+
+    code = codes.PARTITIONS
+
+
 class SidecarUnavailableError(TaskStateError, ConnectionError):
     """The sidecar could not be reached within the deadline."""
 
@@ -133,6 +142,7 @@ ERROR_BY_CODE: dict[str, type[TaskStateError]] = {
         DurabilityError,
         CorruptStateError,
         StateLostError,
+        PartitionCountError,
         SidecarUnavailableError,
         StorageUnavailableError,
         NotFoundError,

@@ -143,6 +143,7 @@ class Claims:
             durability=DURABILITY[(c.durability.replicas > 0, c.durability.fsynced)],
             replicas=c.durability.replicas,
             attempt_id=self.ident.attempt_id,
+            partitions=c.partitions or 0,
         )
         if self.ident.batch is not None:
             req.batch = self.ident.batch

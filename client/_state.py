@@ -75,6 +75,12 @@ class TaskState(MutableMapping[str, Any]):
             through the sidecar).
         durability: `applied`, `replicated:N`, `fsynced` or `replicated:N,fsynced`.
         codec: `json`.
+        partitions: how many partitions the job splits this component's keys into: N
+            as in `repartition(N, key)`, or `"shuffle"` inside a stateful operator
+            (applyInPandasWithState; TaskStateProcessor sets it itself). Recorded with
+            the state: a job run later under another count is refused with
+            PartitionCountError instead of opening state that holds other keys
+            (`taskstate rescale` moves them). None: not checked.
 
     Resume contract: `position` is the value passed to the last successful `commit()`
     of the committed state; a resumed task continues *after* that position.
@@ -90,6 +96,7 @@ class TaskState(MutableMapping[str, Any]):
         mode: str = "mirror",
         durability: str = "applied",
         codec: str = "json",
+        partitions: int | str | None = None,
     ) -> None:
         self._ctx = current_context(ctx)
         self._ident = identity(self._ctx)
@@ -101,9 +108,16 @@ class TaskState(MutableMapping[str, Any]):
             durability=durability,
             codec=codec,
             local_property=lambda key: self._ctx.getLocalProperty(key),
+            partitions=partitions,
         )
         c = self.config
         self.task_id = f"{c.namespace}/{c.component}/{self._ident.partition}"
+        if c.partitions is not None and self._ident.partition >= c.partitions:
+            raise ConfigError(
+                f"task {self.task_id}: partition {self._ident.partition} is outside the "
+                f"{c.partitions} partitions declared (partitions={partitions!r}): declare "
+                "the count the job really splits this component into"
+            )
         self._codec: JsonCodec = CODECS[c.codec]
         self._json = type(self._codec) is JsonCodec  # the scalar fast path in __setitem__
         self._transport = GrpcTransport(

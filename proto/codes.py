@@ -19,6 +19,7 @@ DURABILITY = "DURABILITY"
 LIMIT = "LIMIT"
 CORRUPT_STATE = "CORRUPT_STATE"
 STATE_LOST = "STATE_LOST"  # Redis lost state that taskstate wrote (evicted, flushed, ...)
+PARTITIONS = "PARTITIONS"  # the partition count changed (taskstate rescale), or one is under way
 INTERNAL = "INTERNAL"
 # operator commands (taskstate show/export/import)
 NOT_FOUND = "NOT_FOUND"
@@ -41,6 +42,7 @@ ALL = frozenset(
         LIMIT,
         CORRUPT_STATE,
         STATE_LOST,
+        PARTITIONS,
         INTERNAL,
         NOT_FOUND,
         ALREADY_EXISTS,

@@ -43,7 +43,7 @@ class Writer(_message.Message):
     def __init__(self, host: _Optional[str] = ..., executor: _Optional[str] = ..., attempt: _Optional[int] = ..., pid: _Optional[int] = ...) -> None: ...
 
 class OpenRequest(_message.Message):
-    __slots__ = ("task", "batch", "writer", "codec", "durability", "replicas", "attempt_id")
+    __slots__ = ("task", "batch", "writer", "codec", "durability", "replicas", "attempt_id", "partitions")
     TASK_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     WRITER_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +51,7 @@ class OpenRequest(_message.Message):
     DURABILITY_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     task: TaskId
     batch: int
     writer: Writer
@@ -58,7 +59,8 @@ class OpenRequest(_message.Message):
     durability: Durability
     replicas: int
     attempt_id: str
-    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., batch: _Optional[int] = ..., writer: _Optional[_Union[Writer, _Mapping]] = ..., codec: _Optional[str] = ..., durability: _Optional[_Union[Durability, str]] = ..., replicas: _Optional[int] = ..., attempt_id: _Optional[str] = ...) -> None: ...
+    partitions: int
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., batch: _Optional[int] = ..., writer: _Optional[_Union[Writer, _Mapping]] = ..., codec: _Optional[str] = ..., durability: _Optional[_Union[Durability, str]] = ..., replicas: _Optional[int] = ..., attempt_id: _Optional[str] = ..., partitions: _Optional[int] = ...) -> None: ...
 
 class OpenResponse(_message.Message):
     __slots__ = ("epoch", "committed_batch", "position", "has_position", "size", "version", "rolled_back", "rolled_back_keys", "packed_commits", "reused_claim", "packed_gets", "flush_barrier")
@@ -273,6 +275,64 @@ class AdoptRequest(_message.Message):
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     def __init__(self, namespace: _Optional[str] = ...) -> None: ...
+
+class RescaleRequest(_message.Message):
+    __slots__ = ("namespace", "component", "to", "key_type", "quiet_seconds")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    COMPONENT_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    KEY_TYPE_FIELD_NUMBER: _ClassVar[int]
+    QUIET_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    component: str
+    to: int
+    key_type: str
+    quiet_seconds: float
+    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., to: _Optional[int] = ..., key_type: _Optional[str] = ..., quiet_seconds: _Optional[float] = ...) -> None: ...
+
+class RescaleProgress(_message.Message):
+    __slots__ = ("phase", "done", "total", "from_partitions", "to_partitions", "keys", "batch", "resumed")
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    FROM_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    TO_PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    RESUMED_FIELD_NUMBER: _ClassVar[int]
+    phase: str
+    done: int
+    total: int
+    from_partitions: int
+    to_partitions: int
+    keys: int
+    batch: int
+    resumed: bool
+    def __init__(self, phase: _Optional[str] = ..., done: _Optional[int] = ..., total: _Optional[int] = ..., from_partitions: _Optional[int] = ..., to_partitions: _Optional[int] = ..., keys: _Optional[int] = ..., batch: _Optional[int] = ..., resumed: _Optional[bool] = ...) -> None: ...
+
+class EditRequest(_message.Message):
+    __slots__ = ("namespace", "component", "partition", "key", "json_value", "delete")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    COMPONENT_FIELD_NUMBER: _ClassVar[int]
+    PARTITION_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    JSON_VALUE_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    component: str
+    partition: int
+    key: str
+    json_value: str
+    delete: bool
+    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., partition: _Optional[int] = ..., key: _Optional[str] = ..., json_value: _Optional[str] = ..., delete: _Optional[bool] = ...) -> None: ...
+
+class EditResponse(_message.Message):
+    __slots__ = ("tasks", "had_key")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    HAD_KEY_FIELD_NUMBER: _ClassVar[int]
+    tasks: int
+    had_key: int
+    def __init__(self, tasks: _Optional[int] = ..., had_key: _Optional[int] = ...) -> None: ...
 
 class AdoptResponse(_message.Message):
     __slots__ = ("known_before", "tasks")

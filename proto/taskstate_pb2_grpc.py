@@ -79,6 +79,16 @@ class TaskStateServiceStub:
                 request_serializer=taskstate_dot_proto_dot_taskstate__pb2.AdoptRequest.SerializeToString,
                 response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.AdoptResponse.FromString,
                 _registered_method=True)
+        self.Rescale = channel.unary_stream(
+                '/taskstate.v1.TaskStateService/Rescale',
+                request_serializer=taskstate_dot_proto_dot_taskstate__pb2.RescaleRequest.SerializeToString,
+                response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.RescaleProgress.FromString,
+                _registered_method=True)
+        self.Edit = channel.unary_unary(
+                '/taskstate.v1.TaskStateService/Edit',
+                request_serializer=taskstate_dot_proto_dot_taskstate__pb2.EditRequest.SerializeToString,
+                response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.EditResponse.FromString,
+                _registered_method=True)
         self.Read = channel.unary_stream(
                 '/taskstate.v1.TaskStateService/Read',
                 request_serializer=taskstate_dot_proto_dot_taskstate__pb2.ReadRequest.SerializeToString,
@@ -164,6 +174,18 @@ class TaskStateServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Rescale(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Edit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Read(self, request, context):
         """The committed state, read without a claim; consistent (one version) or refused.
         """
@@ -238,6 +260,16 @@ def add_TaskStateServiceServicer_to_server(servicer, server):
                     servicer.Adopt,
                     request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.AdoptRequest.FromString,
                     response_serializer=taskstate_dot_proto_dot_taskstate__pb2.AdoptResponse.SerializeToString,
+            ),
+            'Rescale': grpc.unary_stream_rpc_method_handler(
+                    servicer.Rescale,
+                    request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.RescaleRequest.FromString,
+                    response_serializer=taskstate_dot_proto_dot_taskstate__pb2.RescaleProgress.SerializeToString,
+            ),
+            'Edit': grpc.unary_unary_rpc_method_handler(
+                    servicer.Edit,
+                    request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.EditRequest.FromString,
+                    response_serializer=taskstate_dot_proto_dot_taskstate__pb2.EditResponse.SerializeToString,
             ),
             'Read': grpc.unary_stream_rpc_method_handler(
                     servicer.Read,
@@ -503,6 +535,60 @@ class TaskStateService:
             '/taskstate.v1.TaskStateService/Adopt',
             taskstate_dot_proto_dot_taskstate__pb2.AdoptRequest.SerializeToString,
             taskstate_dot_proto_dot_taskstate__pb2.AdoptResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Rescale(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/taskstate.v1.TaskStateService/Rescale',
+            taskstate_dot_proto_dot_taskstate__pb2.RescaleRequest.SerializeToString,
+            taskstate_dot_proto_dot_taskstate__pb2.RescaleProgress.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Edit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskstate.v1.TaskStateService/Edit',
+            taskstate_dot_proto_dot_taskstate__pb2.EditRequest.SerializeToString,
+            taskstate_dot_proto_dot_taskstate__pb2.EditResponse.FromString,
             options,
             channel_credentials,
             insecure,

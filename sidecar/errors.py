@@ -20,6 +20,7 @@ _STATUS_BY_CODE: dict[str, grpc.StatusCode] = {
     codes.DURABILITY: grpc.StatusCode.FAILED_PRECONDITION,
     codes.CORRUPT_STATE: grpc.StatusCode.DATA_LOSS,
     codes.STATE_LOST: grpc.StatusCode.DATA_LOSS,
+    codes.PARTITIONS: grpc.StatusCode.FAILED_PRECONDITION,
     codes.STORAGE_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     codes.INTERNAL: grpc.StatusCode.INTERNAL,
     codes.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
@@ -181,6 +182,43 @@ def state_lost_namespace(fq: str, namespace: str, batch: object) -> SidecarError
         f"start it empty at this batch on purpose, `taskstate adopt {namespace}`; then make "
         'Redis keep its data (`taskstate doctor`; docs/operations.md, "State that Redis '
         'lost").',
+    )
+
+
+def bad_argument(message: str) -> SidecarError:
+    """A request that cannot be served as asked (INVALID_ARGUMENT)."""
+    return SidecarError(codes.INVALID_ARGUMENT, message)
+
+
+def partitions_changed(fq: str, recorded: int, declared: int | None) -> SidecarError:
+    """An Open under another partition count than the state's, or outside it."""
+    ns, comp, part = fq.split("/")
+    if declared is not None and declared != recorded:
+        now = f"the job now declares {declared} (TaskState partitions={declared})"
+        target = declared
+    else:
+        now = f"this is partition {part}, outside that count"
+        target = int(part) + 1
+    return SidecarError(
+        codes.PARTITIONS,
+        f"task {fq}: the state of {ns}/{comp} is split into {recorded} partitions, but "
+        f"{now}. Spark's hash partitioning now sends keys to other partitions than the ones "
+        "that hold their state. Nothing was changed. Operator action: stop the query and "
+        f"run `taskstate rescale {ns}/{comp} --to {target}` (it moves every key to the "
+        f"partition Spark gives it for {target}), then start the query again; or run the "
+        f"job with {recorded} partitions, as before.",
+    )
+
+
+def rescaling(fq: str, to: object) -> SidecarError:
+    """An Open while `taskstate rescale` moves the component's keys."""
+    ns, comp, _ = fq.split("/")
+    return SidecarError(
+        codes.PARTITIONS,
+        f"task {fq}: `taskstate rescale {ns}/{comp} --to {to}` is moving this component's "
+        "keys and has not finished. Nothing was changed. Operator action: wait for it to "
+        f"finish; if it was interrupted, run `taskstate rescale {ns}/{comp} --to {to}` again "
+        "(it goes on where it stopped), then start the query.",
     )
 
 

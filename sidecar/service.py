@@ -35,6 +35,8 @@ log = logging.getLogger("taskstate.sidecar")
 T = TypeVar("T")
 
 MAX_BATCH = 2**53
+MAX_PARTITIONS = 1 << 20  # a rescale writes one task per target partition
+DEFAULT_QUIET_S = 30.0  # a rescale refuses a component written more recently than this
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +202,21 @@ def _unpack_upserts(blob: bytes, fq: str) -> list[tuple[str, bytes]]:
     return list(zip(keys, values, strict=True))
 
 
+def _partitions(declared: int, task: TaskKey) -> int | None:
+    """OpenRequest.partitions: None when not declared (0); refused when impossible."""
+    if declared == 0:
+        return None
+    if declared < 0:
+        raise _bad(f"task {task.fq}: partitions must be positive, not {declared}")
+    if task.partition >= declared:
+        raise _bad(
+            f"task {task.fq}: partition {task.partition} is outside the {declared} "
+            f"partitions the task declares (TaskState partitions={declared}): declare the "
+            "count the job really splits this component into"
+        )
+    return declared
+
+
 def _namespace_of(request: Any) -> str | None:
     """The namespace a request touches: its task's, or its own field (List, Drop, Adopt)."""
     task = getattr(request, "task", None)
@@ -260,6 +277,8 @@ _VERBS = {
     "List": "list",
     "Drop": "drop",
     "Adopt": "adopt",
+    "Rescale": "rescale",
+    "Edit": "edit",
     "Read": "read",
     "Import": "import into",
     "Doctor": "diagnose",
@@ -394,6 +413,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                 writer=_writer(request.writer),
                 durability=durability,
                 attempt=request.attempt_id,
+                partitions=_partitions(request.partitions, task),
             )
             if r.reused_claim:
                 metrics.CLAIMS_REUSED.inc()
@@ -590,6 +610,45 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
             return pb.AdoptResponse(known_before=known, tasks=tasks)
 
         return await self._guard(context, "Adopt", run, request)
+
+    async def Rescale(  # noqa: D102
+        self, request: pb.RescaleRequest, context: aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[pb.RescaleProgress]:
+        async def run() -> AsyncIterator[pb.RescaleProgress]:
+            ns, comp = self._scope(request.namespace, request.component)
+            if comp is None:
+                raise _bad("Rescale needs a component: NAMESPACE/COMPONENT")
+            if not 1 <= request.to <= MAX_PARTITIONS:
+                raise _bad(f"{ns}/{comp}: --to {request.to} is not a partition count "
+                           f"between 1 and {MAX_PARTITIONS}")  # fmt: skip
+            quiet = DEFAULT_QUIET_S
+            if request.HasField("quiet_seconds"):
+                quiet = max(0.0, request.quiet_seconds)
+            key_type = request.key_type or "string"
+            log.warning(
+                "rescale started",
+                extra={"namespace": ns, "component": comp, "to": request.to, "key_type": key_type},
+            )
+            async for step in self.storage.rescale(ns, comp, request.to, key_type, quiet):
+                if step.phase == "done":
+                    log.warning(
+                        "rescale done",
+                        extra={"namespace": ns, "component": comp, "from": step.from_partitions,
+                               "to": step.to_partitions, "keys": step.keys, "batch": step.batch},
+                    )  # fmt: skip
+                yield pb.RescaleProgress(
+                    phase=step.phase,
+                    done=step.done,
+                    total=step.total,
+                    from_partitions=step.from_partitions,
+                    to_partitions=step.to_partitions,
+                    keys=step.keys,
+                    batch=step.batch,
+                    resumed=step.resumed,
+                )
+
+        async for step in self._guard_stream(context, "Rescale", run, request):
+            yield step
 
     async def Read(  # noqa: D102
         self, request: pb.ReadRequest, context: aio.ServicerContext[Any, Any]

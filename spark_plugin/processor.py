@@ -32,6 +32,8 @@ class TaskStateProcessor(StatefulProcessor):
     sidecar: ClassVar[str | None] = None
     mode: ClassVar[str] = "mirror"
     durability: ClassVar[str] = "applied"
+    # transformWithState routes keys by the shuffle: its count, recorded with the state
+    partitions: ClassVar[int | str | None] = "shuffle"
 
     state: TaskState | Any
 
@@ -49,6 +51,7 @@ class TaskStateProcessor(StatefulProcessor):
             sidecar=self.sidecar,
             mode=self.mode,
             durability=self.durability,
+            partitions=self.partitions,
         ).__enter__()
 
     def close(self) -> None:

@@ -115,6 +115,20 @@ class TaskMeta:
 
 
 @dataclass(frozen=True, slots=True)
+class RescaleProgress:
+    """One step of a rescale (`Storage.rescale`); `phase` "done" ends it with the totals."""
+
+    phase: str  # plan, lock, copy, commit, retire, done
+    done: int = 0
+    total: int = 0
+    from_partitions: int = 0
+    to_partitions: int = 0
+    keys: int = 0
+    batch: int = -1
+    resumed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class ServerReport:
     """One Redis server as `doctor` sees it."""
 
@@ -156,10 +170,14 @@ class Storage(Protocol):
         writer: str,
         durability: Durability,
         attempt: str = "",
+        partitions: int | None = None,
     ) -> OpenResult:
         """Claim `task` for task attempt `attempt` (see module docstring).
 
         `attempt` is the attempt's identity; empty (an older client): always a new claim.
+        `partitions`: the count the task declares (None: none). The first declared is
+        recorded for the component; an Open under another, or by a partition outside
+        it, or while a rescale holds the component, is refused (PARTITIONS).
         """
         ...
 
@@ -221,6 +239,18 @@ class Storage(Protocol):
         """Record the namespace as known: its query goes on from the batch it runs next.
 
         Returns (known before, tasks). See `open`: STATE_LOST for an unknown namespace.
+        """
+        ...
+
+    def rescale(
+        self, namespace: str, component: str, to: int, key_type: str, quiet_s: float
+    ) -> AsyncIterator[RescaleProgress]:
+        """Move every key of the component to `partition_of(key, to, key_type)`.
+
+        Refused (CHANGED) while a task was written in the last `quiet_s` seconds.
+        Resumable: a rescale under way (its plan is recorded) is finished by the next
+        call with the same `to` and `key_type`. Keeps the committed batch and the
+        rollback record of that batch, moved key by key. Ends with a "done" step.
         """
         ...
 

@@ -22,10 +22,12 @@ from ..base import (
     DoctorReport,
     Durability,
     OpenResult,
+    RescaleProgress,
     ServerReport,
     TaskKey,
     TaskMeta,
 )
+from .rescale import rescale
 
 _ABSENT = None
 _SUPERSEDED_MAX = 32  # as open.lua
@@ -64,6 +66,7 @@ class _Task:
     log_floor: int = 0
     log_ver: int | None = None
     log_n: int = 0
+    partitions: int | None = None  # the count recorded at the first Open declaring one
 
     @property
     def version(self) -> str:
@@ -76,6 +79,8 @@ class MemoryStorage:
     def __init__(self) -> None:
         self.tasks: dict[TaskKey, _Task] = {}
         self.records: set[str] = set()  # namespaces adopted or reset (redis: ts:ns:{ns})
+        # (namespace, component) -> its partition count (redis: partitions/<comp> in ts:ns)
+        self.partition_counts: dict[tuple[str, str], int] = {}
         self._faults: dict[str, BaseException] = {}
 
     def fail_next(self, op: str, exc: BaseException) -> None:
@@ -100,12 +105,19 @@ class MemoryStorage:
         writer: str,
         durability: Durability,
         attempt: str = "",
+        partitions: int | None = None,
     ) -> OpenResult:
         """Claim the task; see base.Storage.open."""
         self._fault("open")
         t = self.tasks.get(task)
         if t is not None and t.codec and t.codec != codec:
             raise errors.codec_mismatch(task.fq, t.codec, codec)
+        component = (task.namespace, task.component)
+        recorded = self.partition_counts.get(component) if t is None else t.partitions
+        if recorded is not None and (
+            (partitions is not None and partitions != recorded) or task.partition >= recorded
+        ):
+            raise errors.partitions_changed(task.fq, recorded, partitions)
         if t is not None and batch is not None and t.batch > batch:
             raise errors.state_ahead(task.fq, t.batch, batch)
         if t is not None and attempt:
@@ -122,6 +134,10 @@ class MemoryStorage:
             if batch is not None and batch > 0 and not self._known(task.namespace):
                 raise errors.state_lost_namespace(task.fq, task.namespace, batch)
             t = self.tasks[task] = _Task()
+            if partitions is not None:
+                self.partition_counts.setdefault(component, partitions)
+        if t.partitions is None:
+            t.partitions = partitions
         if t.claim is not None and t.claim != attempt:
             t.superseded = [*t.superseded, t.claim][-_SUPERSEDED_MAX:]
         t.claim, t.claim_batch = (attempt, batch) if attempt else (None, None)
@@ -318,6 +334,12 @@ class MemoryStorage:
         )
         return [await self.describe(k) for k in keys]
 
+    def rescale(
+        self, namespace: str, component: str, to: int, key_type: str, quiet_s: float
+    ) -> AsyncIterator[RescaleProgress]:
+        """See base.Storage.rescale (rescale.py)."""
+        return rescale(self, namespace, component, to, key_type, quiet_s)
+
     async def drop(self, namespace: str, component: str | None, partition: int | None) -> int:
         """Delete tasks."""
         doomed = [
@@ -329,6 +351,10 @@ class MemoryStorage:
         ]
         for k in doomed:
             del self.tasks[k]
+        if partition is None:  # a component dropped whole may come back at any count
+            for c in [c for c in self.partition_counts if c[0] == namespace]:
+                if component is None or c[1] == component:
+                    del self.partition_counts[c]
         if doomed:
             self.records.add(namespace)
         return len(doomed)

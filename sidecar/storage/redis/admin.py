@@ -21,7 +21,7 @@ from ...errors import SidecarError
 from ..base import LAYOUT_VERSION, Check, DoctorReport, Durability, ServerReport, TaskKey, TaskMeta
 from ..connect import RedisSettings, redact
 from .durability import DurabilityWaits, text
-from .keys import index_key, namespace_key, task_keys
+from .keys import ComponentRecord, component_fields, index_key, namespace_key, task_keys
 from .routing import Connection
 from .safety import ServerSafety, eviction_check, persistence_check
 from .scan import ServerChangedError, hscan_pages
@@ -100,8 +100,8 @@ class RedisAdmin:
         client = self._conn.client
         await self._conn.run("index", lambda: client.sadd(index_key(task.namespace), member))
 
-    async def _known(self, task: TaskKey) -> tuple[bool, bool]:
-        """Whether the index records the task, and whether the namespace is known.
+    async def _known(self, task: TaskKey) -> tuple[bool, bool, ComponentRecord]:
+        """Whether the index records the task and the namespace is known; the component.
 
         Indexed: the task had state once. Known: Redis has a record of its namespace (an
         indexed task, or the record `adopt` and `drop` write).
@@ -113,10 +113,19 @@ class RedisAdmin:
             pipe.sismember(index, _member(task))
             pipe.scard(index)
             pipe.exists(record)
+            pipe.hmget(record, *component_fields(task.component))
             return await pipe.execute()
 
-        indexed, members, has_record = await self._conn.run("index", call)
-        return bool(indexed), bool(members) or bool(has_record)
+        indexed, members, has_record, (parts, rescale) = await self._conn.run("index", call)
+        component = ComponentRecord(int(text(parts)) if parts else None, text(rescale) or None)
+        return bool(indexed), bool(members) or bool(has_record), component
+
+    async def _record_partitions(self, task: TaskKey, partitions: int) -> None:
+        """Record the component's partition count, unless it has one (first Opens)."""
+        record = namespace_key(task.namespace)
+        field = component_fields(task.component)[0]
+        client = self._conn.client
+        await self._conn.run("index", lambda: client.hsetnx(record, field, partitions))
 
     async def adopt(self, namespace: str) -> tuple[bool, int]:
         """Record the namespace as going on from here: (known before, tasks indexed)."""
@@ -174,8 +183,19 @@ class RedisAdmin:
 
             if await self._conn.run("drop", call):
                 dropped += 1
+        record = namespace_key(namespace)
+        if partition is None:  # a component dropped whole may come back at any count
+            names = await self._conn.run("drop", lambda: client.hkeys(record))
+            counts = [
+                n
+                for n in map(text, names)
+                if n.startswith("partitions/")
+                and (component is None or n == component_fields(component)[0])
+            ]
+            if counts:
+                await self._conn.run("drop", lambda: client.hdel(record, *counts))
         if targets:  # an explicit reset: the namespace goes on, known, even if now empty
-            record, now = namespace_key(namespace), f"{time.time():.3f}"
+            now = f"{time.time():.3f}"
             await self._conn.run("drop", lambda: client.hset(record, "reset_at", now))
         return dropped
 

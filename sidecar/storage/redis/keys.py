@@ -14,7 +14,11 @@ in one Redis Cluster slot and one script can touch all its keys:
                          telling a task whose keys were all lost from a new one
 - `ts:ns:{ns}`           hash: the namespace's record beyond its index (`adopted_at`,
                          `reset_at`): written by `taskstate adopt` and `drop`, so a
-                         namespace whose index is empty is still known (same slot)
+                         namespace whose index is empty is still known (same slot);
+                         and per component `partitions/<comp>` (its partition count)
+                         and `rescale/<comp>` (a `taskstate rescale` under way, JSON)
+- `ts:{ns/comp/p}:stage`, `:stage_undo`  a rescale's new data and rollback record for
+                         target task p, renamed into place when p is written (rescale.py)
 
 A streaming task at batch > 0 whose namespace has neither an index nor a record finds a
 Redis that lost everything (or a query that adds taskstate late): store.py refuses it.
@@ -24,13 +28,25 @@ Tests, benchmarks and tools that look at Redis directly use these functions too.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from taskstate.proto.ids import fq_task_id
 
 from ..base import TaskKey
 
-Kind = Literal["data", "meta", "undo", "log"]
+Kind = Literal["data", "meta", "undo", "log", "stage", "stage_undo"]
+
+
+class ComponentRecord(NamedTuple):
+    """What the namespace's record says of one component."""
+
+    partitions: int | None  # the recorded partition count
+    rescale: str | None  # a rescale under way (its plan, JSON)
+
+
+def component_fields(component: str) -> tuple[str, str]:
+    """The component's fields in the namespace's record: (partition count, rescale)."""
+    return f"partitions/{component}", f"rescale/{component}"
 
 
 def task_key(namespace: str, component: str, partition: int | str, kind: Kind) -> str:

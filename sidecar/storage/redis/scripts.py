@@ -11,7 +11,16 @@ import hashlib
 from dataclasses import dataclass
 from importlib import resources
 
-NAMES = ("open", "commit", "get", "import", "changes")
+NAMES = (
+    "open",
+    "commit",
+    "get",
+    "import",
+    "changes",
+    "rescale_lock",
+    "rescale_commit",
+    "rescale_retire",
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,11 +1,13 @@
 """The Redis backend: task state in hashes, the protocol in atomic Lua scripts (lua/).
 
 The keys (one Redis Cluster slot per task) are spelled in keys.py only; routing.py finds
-the server, durability.py waits for the level asked, admin.py holds the operator calls.
+the server, durability.py waits for the level asked, admin.py holds the operator calls,
+rescale.py moves a component's keys to another partition count.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -26,6 +28,7 @@ from ..connect import RedisSettings
 from .admin import RedisAdmin
 from .durability import DurabilityWaits, text
 from .keys import task_keys
+from .rescale import RedisRescale
 from .routing import Connection
 from .scan import ServerChangedError, hscan_pages
 from .seen import SeenVersions
@@ -55,10 +58,18 @@ def unpack_keys(blob: bytes) -> list[Any]:
 
 
 def script_error(
-    task: TaskKey, exc: rex.ResponseError, batch: int | None, codec: str = ""
+    task: TaskKey,
+    exc: rex.ResponseError,
+    batch: int | None,
+    codec: str = "",
+    partitions: int | None = None,
 ) -> Exception:
     """Turn a script's TS* error reply into a SidecarError."""
     kind, _, detail = str(exc).partition(" ")
+    if kind == "TSPARTS":
+        return errors.partitions_changed(task.fq, int(detail), partitions)
+    if kind == "TSRESCALING":  # the lock is "<rescale id>:<target count>"
+        return errors.rescaling(task.fq, detail.rpartition(":")[2])
     if kind == "TSFENCED":
         return errors.fenced(task.fq, detail)
     if kind == "TSAHEAD":
@@ -75,7 +86,7 @@ def script_error(
     return exc
 
 
-class RedisStorage(RedisAdmin):
+class RedisStorage(RedisAdmin, RedisRescale):
     """Task state in Redis: standalone, Sentinel-managed or Cluster (see connect.py)."""
 
     def __init__(
@@ -112,6 +123,7 @@ class RedisStorage(RedisAdmin):
         writer: str,
         durability: Durability,
         attempt: str = "",
+        partitions: int | None = None,
     ) -> OpenResult:
         """Claim the task; see base.Storage.open."""
         if durability.fsynced:
@@ -128,12 +140,14 @@ class RedisStorage(RedisAdmin):
             "1",  # a task with no keys: TSNEW, so that the index is asked first
             seen.gen if seen else "",  # the version this sidecar saw: Redis must not be behind
             str(seen.ver) if seen else "",
+            "" if partitions is None else str(partitions),
+            str(task.partition),
         ]
 
         try:
-            r = await self._open_script(task, batch, keys, args)
+            r = await self._open_script(task, batch, keys, args, partitions)
         except rex.ResponseError as exc:
-            raise script_error(task, exc, batch, codec) from None
+            raise script_error(task, exc, batch, codec, partitions) from None
         await self._index(task)
         result = OpenResult(
             epoch=int(r[0]),
@@ -149,12 +163,19 @@ class RedisStorage(RedisAdmin):
         return result
 
     async def _open_script(
-        self, task: TaskKey, batch: int | None, keys: Sequence[str], args: list[str]
+        self,
+        task: TaskKey,
+        batch: int | None,
+        keys: Sequence[str],
+        args: list[str],
+        partitions: int | None,
     ) -> Any:
         """Run open.lua, answering what only the sidecar can ask Redis about.
 
         TSNEW (a task with no keys at all): the index and the namespace's record tell a
-        new task from a lost one. TSLOST behind (Redis holds an older version than this
+        new task from a lost one, and the component's record holds its partition count
+        (checked, or recorded by the first Open that declares one) and any rescale under
+        way. TSLOST behind (Redis holds an older version than this
         sidecar saw): refused, unless `taskstate adopt` accepted it since. Each answer
         clears its own flag, so the script runs at most three times.
         """
@@ -168,7 +189,7 @@ class RedisStorage(RedisAdmin):
             except rex.ResponseError as exc:
                 reply = str(exc)
                 if reply == "TSNEW" and args[6] == "1":
-                    await self._refuse_if_lost(task, batch)
+                    await self._refuse_if_lost(task, batch, partitions)
                     args[6] = "0"  # new indeed
                 elif reply.startswith("TSLOST behind ") and args[7]:
                     await self._refuse_if_behind(task, batch, reply.split()[2:])
@@ -176,13 +197,23 @@ class RedisStorage(RedisAdmin):
                 else:
                     raise
 
-    async def _refuse_if_lost(self, task: TaskKey, batch: int | None) -> None:
-        indexed, namespace_known = await self._known(task)
+    async def _refuse_if_lost(
+        self, task: TaskKey, batch: int | None, partitions: int | None
+    ) -> None:
+        indexed, namespace_known, component = await self._known(task)
+        if component.rescale is not None:
+            raise errors.rescaling(task.fq, json.loads(component.rescale).get("to", "?"))
         if indexed:  # it had state once: all of it is gone
             raise errors.state_lost_task(task.fq, batch)
         if batch is not None and batch > 0 and not namespace_known:
             # Spark is past batch 0, and Redis knows nothing of the namespace
             raise errors.state_lost_namespace(task.fq, task.namespace, batch)
+        recorded = component.partitions
+        if recorded is not None:
+            if (partitions is not None and partitions != recorded) or task.partition >= recorded:
+                raise errors.partitions_changed(task.fq, recorded, partitions)
+        elif partitions is not None:
+            await self._record_partitions(task, partitions)
 
     async def _refuse_if_behind(self, task: TaskKey, batch: int | None, held: list[str]) -> None:
         seen = self._seen.get(task)

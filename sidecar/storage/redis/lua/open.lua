@@ -3,7 +3,8 @@
 -- ARGV: 1 batch ('' for batch jobs), 2 generation id for a new task, 3 now,
 --       4 writer, 5 codec, 6 attempt id ('' from an older client: always a new claim),
 --       7 '1': refuse a task with no keys at all (TSNEW) so the sidecar can ask the index,
---       8, 9: the generation and version counter this sidecar last saw ('' '': none)
+--       8, 9: the generation and version counter this sidecar last saw ('' '': none),
+--       10: the partition count the task declares ('' none), 11: its partition id
 -- The claim belongs to the task attempt, not to a process: meta 'claim' and
 -- 'claim_batch' name the attempt that owns the current epoch. The same attempt opening
 -- at the same batch again (Spark served it with a second Python worker) reuses the
@@ -24,7 +25,11 @@
 -- written; the sidecar asks, then opens again with ARGV 7 = '0'). A version below the
 -- one this sidecar saw, in the same generation, is refused too (TSLOST behind): Redis
 -- lost commits it had acknowledged (a failover to a replica that missed them).
--- Errors: TSAHEAD <last>, TSCORRUPT <what>, TSCODEC <stored codec>, TSFENCED <epoch>,
+-- Partition count (meta 'partitions', recorded at the first Open that declares one): an
+-- Open that declares another count, or a partition id outside it, is refused (TSPARTS
+-- <recorded>); so is any Open while `taskstate rescale` holds the task (meta 'rescale':
+-- TSRESCALING <id>). A task with no keys gets both checks from the sidecar (TSNEW).
+-- Errors: TSAHEAD <last>, TSPARTS <recorded>, TSRESCALING <id>, TSCORRUPT <what>, TSCODEC <stored codec>, TSFENCED <epoch>,
 -- TSLOST data <batch> <size> | TSLOST meta <keys> | TSLOST behind <batch> <ver>, TSNEW.
 -- An error writes nothing.
 local SUPERSEDED_MAX = 32
@@ -48,6 +53,13 @@ if m[1] and m[1] ~= '1' then
 end
 if m[6] and m[6] ~= ARGV[5] then
   return redis.error_reply('TSCODEC ' .. m[6])
+end
+local pm = redis.call('HMGET', meta, 'partitions', 'rescale')
+if pm[2] then return redis.error_reply('TSRESCALING ' .. pm[2]) end
+local recorded = tonumber(pm[1] or '')
+if recorded and ((ARGV[10] ~= '' and tonumber(ARGV[10]) ~= recorded)
+    or tonumber(ARGV[11]) >= recorded) then
+  return redis.error_reply('TSPARTS ' .. pm[1])
 end
 local last = tonumber(m[3] or '-1')
 local epoch = tonumber(m[2] or '0')
@@ -154,6 +166,7 @@ else
   redis.call('HDEL', meta, 'claim', 'claim_batch')  -- an unnamed claim: nobody shares it
 end
 if superseded ~= '' then redis.call('HSET', meta, 'superseded', superseded) end
+if not recorded and ARGV[10] ~= '' then redis.call('HSET', meta, 'partitions', ARGV[10]) end
 if not m[3] then
   redis.call('HSET', meta, 'batch', '-1')
 end

@@ -1,0 +1,386 @@
+"""`taskstate rescale`: move a component's keys to another partition count.
+
+Spark's hash partitioning sends key k to partition `pmod(murmur3(k), n)` (spark_hash.py),
+so a job run with another n finds each key's state in the wrong task. A rescale moves
+every key of every task of the component to the task that n gives it, in four phases
+recorded in the namespace's record (`rescale/<comp>`, JSON), so that a run killed at
+any point is finished by the next run with the same arguments:
+
+1. plan: refuse if a task was written in the last `quiet_s` seconds (a running query),
+   check every key can be read as the key type, and record the plan: its sources (the
+   indexed tasks), the committed batch to keep (the highest of the sources') and
+   whether that batch's rollback records are complete (then they move too, key by key,
+   and a replay of the batch after the rescale rolls back exactly what it changed).
+2. lock (lua/rescale_lock.lua): each source's epoch goes up and Open refuses it
+   (TSRESCALING) until it is written; new tasks are refused by the record itself.
+3. copy: every source's data (and rollback record) into staging hashes beside each
+   target (`stage`, `stage_undo`, same slot). Only reads the sources, so it starts
+   again from scratch when resumed.
+4. commit (lua/rescale_commit.lua): each target takes its staging hashes in one atomic
+   step, with a new generation at the kept batch and the new count. Written targets
+   are marked, so a resumed commit phase skips them; then the sources beyond the new
+   count are deleted (lua/rescale_retire.lua) and the record says the new count.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import redis.exceptions as rex
+
+from taskstate.proto import codes
+
+from ... import errors
+from ...errors import SidecarError
+from ...spark_hash import KEY_TYPES, partition_of
+from ..base import RescaleProgress, TaskKey
+from .durability import text
+from .keys import component_fields, index_key, namespace_key, task_key, task_keys
+from .routing import Connection
+from .scan import ScanPage, ServerChangedError, hscan_pages
+
+PAGE = 2000  # fields per HSCAN page and per staging write
+
+
+@dataclass
+class Plan:
+    """A rescale under way, as the namespace's record keeps it."""
+
+    id: str
+    to: int
+    key_type: str
+    sources: list[int]
+    from_count: int
+    codec: str
+    batch: int = -1  # the committed batch the targets keep (set in the copy phase)
+    prev: int | None = None  # the batch before it (None: no complete rollback record)
+    phase: str = "lock"
+    keys: int = 0
+    started: float = field(default_factory=time.time)
+
+    @property
+    def lock(self) -> str:
+        """The value a held task's metadata carries (lua/rescale_lock.lua)."""
+        return f"{self.id}:{self.to}"
+
+
+class RedisRescale:
+    """The rescale half of the Redis backend (see store.RedisStorage)."""
+
+    _conn: Connection
+    scan_page: ScanPage
+
+    async def _members(self, namespace: str, component: str | None) -> list[TaskKey]:
+        raise NotImplementedError  # admin.RedisAdmin
+
+    async def rescale(
+        self, namespace: str, component: str, to: int, key_type: str, quiet_s: float
+    ) -> AsyncIterator[RescaleProgress]:
+        """See base.Storage.rescale."""
+        if key_type not in KEY_TYPES:
+            raise errors.bad_argument(f"key type {key_type!r} is not one of {', '.join(KEY_TYPES)}")
+        if to < 1:
+            raise errors.bad_argument(f"--to {to}: a partition count is at least 1")
+        record = namespace_key(namespace)
+        parts_field, plan_field = component_fields(component)
+        client = self._conn.client
+        raw = await self._conn.run("rescale", lambda: client.hget(record, plan_field))
+        resumed = raw is not None
+        if raw is not None:
+            plan = Plan(**json.loads(text(raw)))
+            if (plan.to, plan.key_type) != (to, key_type):
+                raise SidecarError(
+                    codes.PARTITIONS,
+                    f"{namespace}/{component}: a rescale to {plan.to} partitions (key type "
+                    f"{plan.key_type}) is under way and has not finished. Nothing was "
+                    f"changed. Finish it first: `taskstate rescale {namespace}/{component} "
+                    f"--to {plan.to} --key-type {plan.key_type}`.",
+                )
+        else:
+            made = await self._plan(namespace, component, to, key_type, quiet_s)
+            if made is None:  # nothing would move
+                n = await self._recorded(namespace, component)
+                yield RescaleProgress("done", from_partitions=n or to, to_partitions=to)
+                return
+            plan = made
+            await self._save(namespace, component, plan)
+        yield RescaleProgress(
+            "plan",
+            total=len(plan.sources),
+            from_partitions=plan.from_count,
+            to_partitions=to,
+            batch=plan.batch,
+            resumed=resumed,
+        )
+        if plan.phase == "lock":
+            for i, p in enumerate(plan.sources):
+                meta = task_keys(TaskKey(namespace, component, p))[0]
+                await self._script("rescale_lock", (meta,), [plan.lock, f"{time.time():.3f}"])
+                yield RescaleProgress("lock", i + 1, len(plan.sources))
+            plan.phase = "copy"
+            await self._save(namespace, component, plan)
+        if plan.phase == "copy":
+            async for step in self._copy(namespace, component, plan):
+                yield step
+            plan.phase = "commit"
+            await self._save(namespace, component, plan)
+        if plan.phase == "commit":
+            gen = uuid.uuid4().hex
+            for t in range(to):
+                task = TaskKey(namespace, component, t)
+                keys = (*task_keys(task), *_staging(task))
+                args = [
+                    plan.lock,
+                    str(to),
+                    str(plan.batch),
+                    "" if plan.prev is None else str(plan.prev),
+                    gen,
+                    f"{time.time():.3f}",
+                    plan.codec,
+                ]
+                await self._script("rescale_commit", keys, args)
+                await self._redis("SADD", index_key(namespace), f"{component}/{t}")
+                yield RescaleProgress("commit", t + 1, to)
+            plan.phase = "retire"
+            await self._save(namespace, component, plan)
+        gone = [p for p in plan.sources if p >= to]
+        for i, p in enumerate(gone):
+            task = TaskKey(namespace, component, p)
+            await self._script("rescale_retire", (*task_keys(task), *_staging(task)), [plan.lock])
+            await self._redis("SREM", index_key(namespace), f"{component}/{p}")
+            yield RescaleProgress("retire", i + 1, len(gone))
+
+        async def finish() -> Any:
+            pipe = client.pipeline(transaction=True)  # one key: one slot
+            pipe.hset(record, parts_field, str(to))
+            pipe.hdel(record, plan_field)
+            return await pipe.execute()
+
+        await self._conn.run("rescale", finish)
+        yield RescaleProgress(
+            "done",
+            from_partitions=plan.from_count,
+            to_partitions=to,
+            keys=plan.keys,
+            batch=plan.batch,
+            resumed=resumed,
+        )
+
+    # -- the phases ----------------------------------------------------------------
+
+    async def _plan(
+        self, namespace: str, component: str, to: int, key_type: str, quiet_s: float
+    ) -> Plan | None:
+        sources = [t.partition for t in await self._members(namespace, component)]
+        if not sources:
+            raise SidecarError(
+                codes.NOT_FOUND,
+                f"{namespace}/{component}: no tasks with state (`taskstate ls {namespace}` "
+                "lists the components). Nothing was changed.",
+            )
+        metas = await self._metas(namespace, component, sources)
+        now = time.time()
+        for p, m in metas.items():
+            last = max(float(m["updated_at"] or 0), float(m["opened_at"] or 0))
+            if now - last < quiet_s:
+                raise SidecarError(
+                    codes.CHANGED,
+                    f"{namespace}/{component}/{p} was written {now - last:.0f} s ago: the "
+                    "query still runs (or has just stopped). Nothing was changed. Stop the "
+                    f"query, then rescale; the check waits for {quiet_s:.0f} s of quiet "
+                    "(--quiet-seconds).",
+                )
+        codecs = {m["codec"] for m in metas.values() if m["codec"]}
+        if len(codecs) > 1:
+            raise errors.corrupt(
+                f"{namespace}/{component}", f"its tasks use codecs {sorted(codecs)}"
+            )
+        recorded = await self._recorded(namespace, component)
+        counts = {int(m["partitions"]) for m in metas.values() if m["partitions"]}
+        from_count = recorded or (max(counts) if counts else max(sources) + 1)
+        if from_count == to and max(sources) < to:
+            return None
+        if key_type != "string":
+            await self._check_keys(namespace, component, sources, to, key_type)
+        return Plan(
+            id=uuid.uuid4().hex[:12],
+            to=to,
+            key_type=key_type,
+            sources=sorted(sources),
+            from_count=from_count,
+            codec=codecs.pop() if codecs else "json",
+        )
+
+    async def _metas(
+        self, namespace: str, component: str, sources: Sequence[int]
+    ) -> dict[int, dict[str, str | None]]:
+        """What the plan reads of each source's metadata."""
+        fields = ("batch", "undo_batch", "prev_batch", "updated_at", "opened_at", "codec",
+                  "partitions")  # fmt: skip
+        metas: dict[int, dict[str, str | None]] = {}
+        for p in sources:
+            meta = task_keys(TaskKey(namespace, component, p))[0]
+            raw = await self._redis("HMGET", meta, *fields)
+            metas[p] = {f: None if v is None else text(v) for f, v in zip(fields, raw, strict=True)}
+        return metas
+
+    async def _batch(self, namespace: str, component: str, plan: Plan) -> None:
+        """The batch the targets keep, and whether its rollback records are complete.
+
+        Read once the sources are held, so no commit can land after it.
+        """
+        metas = await self._metas(namespace, component, plan.sources)
+        plan.batch = max(int(m["batch"] or -1) for m in metas.values())
+        at_batch = [m for m in metas.values() if int(m["batch"] or -1) == plan.batch]
+        plan.prev = None
+        if plan.batch >= 0 and all(m["undo_batch"] == str(plan.batch) for m in at_batch):
+            plan.prev = max(int(m["prev_batch"] or -1) for m in at_batch)
+
+    async def _check_keys(
+        self, namespace: str, component: str, sources: Sequence[int], to: int, key_type: str
+    ) -> None:
+        """Every key must read as the key type: checked before anything is written."""
+        for p in sources:
+            data = task_keys(TaskKey(namespace, component, p))[1]
+            async for page in self._pages(data):
+                for k in page:
+                    try:
+                        partition_of(text(k), to, key_type)
+                    except ValueError as exc:
+                        raise errors.bad_argument(
+                            f"{namespace}/{component}/{p}: key {text(k)[:80]!r} cannot be "
+                            f"read as a {key_type} ({exc}). Nothing was changed. Give the "
+                            "--key-type of the column the job partitions by."
+                        ) from None
+
+    async def _copy(
+        self, namespace: str, component: str, plan: Plan
+    ) -> AsyncIterator[RescaleProgress]:
+        await self._batch(namespace, component, plan)
+        targets = [TaskKey(namespace, component, t) for t in range(plan.to)]
+        await self._unlink([k for t in targets for k in _staging(t)])
+        moved = 0
+        for n, p in enumerate(plan.sources):
+            src = TaskKey(namespace, component, p)
+            data = task_keys(src)[1]
+            async for page in self._pages(data):
+                moved += len(page)
+                await self._route(targets, page, 0, plan)
+            if plan.prev is not None:
+                async for page in self._undo_fields(src, plan.batch):
+                    await self._route(targets, page, 1, plan)
+            yield RescaleProgress("copy", n + 1, len(plan.sources), keys=moved)
+        plan.keys = moved
+
+    async def _undo_fields(self, task: TaskKey, batch: int) -> AsyncIterator[dict[Any, Any]]:
+        """The task's rollback record of `batch` as key -> value before it ('': absent).
+
+        Nothing if the task's record is of another batch (it did not write `batch`). A
+        fields-mode record is that already; a copy-mode record is the whole data before
+        the batch, so the keys it lacks that the data has were created by the batch.
+        """
+        meta, data, undo, _ = task_keys(task)
+        client = self._conn.client
+        undo_batch, mode = await self._conn.run(
+            "rescale", lambda: client.hmget(meta, "undo_batch", "undo_mode")
+        )
+        if text(undo_batch) != str(batch):
+            return
+        async for page in self._pages(undo):
+            yield page
+        if text(mode) != "copy":
+            return
+        async for page in self._pages(data):
+            keys = list(page)
+            _, present = await self._conn.send(undo, [("HEXISTS", undo, k) for k in keys])
+            created = {k: b"" for k, there in zip(keys, present, strict=True) if not there}
+            if created:
+                yield created
+
+    async def _route(
+        self, targets: Sequence[TaskKey], page: dict[Any, Any], which: int, plan: Plan
+    ) -> None:
+        """Write one page of a source's hash to the targets' staging hashes."""
+        by_target: dict[int, list[Any]] = defaultdict(list)
+        for k, v in page.items():
+            try:
+                t = partition_of(text(k), plan.to, plan.key_type)
+            except ValueError as exc:  # a key written after the plan checked them all
+                raise errors.bad_argument(
+                    f"key {text(k)[:80]!r} cannot be read as a {plan.key_type} ({exc}); the "
+                    "rescale holds the component and has written nothing to its tasks yet: "
+                    "delete the key (`taskstate erase`) and run the same rescale again"
+                ) from None
+            by_target[t] += (k, v)
+        for t, flat in by_target.items():
+            key = _staging(targets[t])[which]
+            _, replies = await self._conn.send(key, [("HSET", key, *flat)])
+            for r in replies:
+                if isinstance(r, Exception):
+                    raise r
+
+    # -- helpers -------------------------------------------------------------------
+
+    async def _pages(self, key: str) -> AsyncIterator[dict[Any, Any]]:
+        try:
+            async for page in hscan_pages(
+                self._conn.run, self.scan_page, key, PAGE, None, "rescale"
+            ):
+                yield page
+        except ServerChangedError:
+            raise SidecarError(
+                codes.STORAGE_UNAVAILABLE,
+                f"{key}: the Redis server holding it changed during the rescale (a failover "
+                "or slot migration). Run the same `taskstate rescale` again when it is over: "
+                "it goes on where it stopped.",
+            ) from None
+
+    async def _script(self, name: str, keys: Sequence[str], args: Sequence[str]) -> Any:
+        async def call() -> Any:
+            return await self._conn.evalsha(name, keys, args)
+
+        try:
+            return await self._conn.run("rescale", call)
+        except rex.ResponseError as exc:
+            kind, _, detail = str(exc).partition(" ")
+            if kind == "TSRESCALING":
+                raise SidecarError(
+                    codes.PARTITIONS,
+                    f"{keys[0]} is held by another rescale ({detail}). Nothing more was "
+                    "changed. Finish that one first (run it again with its --to).",
+                ) from None
+            raise
+
+    async def _unlink(self, keys: Sequence[str]) -> None:
+        for k in keys:  # one slot each
+            await self._redis("UNLINK", k)
+
+    async def _redis(self, *command: Any) -> Any:
+        """One command on the key it names (command[1]), with the backend's retries."""
+
+        async def call() -> Any:
+            return await self._conn.client.execute_command(*command)
+
+        return await self._conn.run("rescale", call)
+
+    async def _save(self, namespace: str, component: str, plan: Plan) -> None:
+        record, blob = namespace_key(namespace), json.dumps(asdict(plan))
+        field_ = component_fields(component)[1]
+        await self._conn.run("rescale", lambda: self._conn.client.hset(record, field_, blob))
+
+    async def _recorded(self, namespace: str, component: str) -> int | None:
+        record, field_ = namespace_key(namespace), component_fields(component)[0]
+        raw = await self._conn.run("rescale", lambda: self._conn.client.hget(record, field_))
+        return int(text(raw)) if raw else None
+
+
+def _staging(task: TaskKey) -> tuple[str, str]:
+    """(stage, stage_undo): a rescale's new data and rollback record for a target."""
+    n, c, p = task.namespace, task.component, task.partition
+    return task_key(n, c, p, "stage"), task_key(n, c, p, "stage_undo")
