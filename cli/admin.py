@@ -7,6 +7,7 @@
     taskstate drop NS[/COMPONENT[/PARTITION]] --yes
     taskstate adopt NS
     taskstate rescale NS/COMPONENT --to N [--key-type TYPE]     (rescale.py)
+    taskstate set NS/C/P KEY JSON | del NS/C/P KEY | erase NS/C KEY   (edits.py)
     taskstate doctor [--durability LEVEL] [--json]
     taskstate health [--live]          (for Kubernetes exec probes)
 
@@ -47,6 +48,8 @@ from taskstate.proto import ids
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 
+from .edits import add_arguments as edit_arguments
+from .edits import cmd_edit
 from .private import PrivateSidecarError, private_sidecar
 from .rescale import add_arguments as rescale_arguments
 from .rescale import cmd_rescale
@@ -505,6 +508,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Admin, IO[str]], int]] = {
     "drop": cmd_drop,
     "adopt": cmd_adopt,
     "rescale": cmd_rescale,
+    "set": cmd_edit,
+    "del": cmd_edit,
+    "erase": cmd_edit,
     "doctor": cmd_doctor,
     "health": cmd_health,
 }
@@ -559,6 +565,9 @@ def build_parser(command: str) -> argparse.ArgumentParser:
                        help="the namespace whose query goes on from its next batch")  # fmt: skip
     elif command == "rescale":
         rescale_arguments(p)
+    elif command in ("set", "del", "erase"):
+        edit_arguments(command, p)
+        p.set_defaults(command=command)
     elif command == "health":
         p.add_argument("--live", action="store_true", help="succeed when it answers at all")
     elif command == "doctor":

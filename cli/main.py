@@ -11,6 +11,8 @@
   starts past batch 0, check the setup; `taskstate COMMAND --help` for each.
 - `taskstate rescale NS/COMPONENT --to N`: move a component's keys to the partitions
   Spark gives them for N (after a change of partition count).
+- `taskstate set NS/C/P KEY JSON | del NS/C/P KEY | erase NS/C KEY`: edit live state (a
+  poisoned key, an erasure request); the job sees it from its next batch on.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ ADMIN_COMMANDS = (
     "drop",
     "adopt",
     "rescale",
+    "set",
+    "del",
+    "erase",
     "doctor",
     "health",
 )

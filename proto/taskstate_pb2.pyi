@@ -311,20 +311,22 @@ class RescaleProgress(_message.Message):
     def __init__(self, phase: _Optional[str] = ..., done: _Optional[int] = ..., total: _Optional[int] = ..., from_partitions: _Optional[int] = ..., to_partitions: _Optional[int] = ..., keys: _Optional[int] = ..., batch: _Optional[int] = ..., resumed: _Optional[bool] = ...) -> None: ...
 
 class EditRequest(_message.Message):
-    __slots__ = ("namespace", "component", "partition", "key", "json_value", "delete")
+    __slots__ = ("namespace", "component", "partition", "key", "value", "delete", "codec")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     COMPONENT_FIELD_NUMBER: _ClassVar[int]
     PARTITION_FIELD_NUMBER: _ClassVar[int]
     KEY_FIELD_NUMBER: _ClassVar[int]
-    JSON_VALUE_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
     DELETE_FIELD_NUMBER: _ClassVar[int]
+    CODEC_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     component: str
     partition: int
     key: str
-    json_value: str
+    value: bytes
     delete: bool
-    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., partition: _Optional[int] = ..., key: _Optional[str] = ..., json_value: _Optional[str] = ..., delete: _Optional[bool] = ...) -> None: ...
+    codec: str
+    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., partition: _Optional[int] = ..., key: _Optional[str] = ..., value: _Optional[bytes] = ..., delete: _Optional[bool] = ..., codec: _Optional[str] = ...) -> None: ...
 
 class EditResponse(_message.Message):
     __slots__ = ("tasks", "had_key")

@@ -650,6 +650,40 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
         async for step in self._guard_stream(context, "Rescale", run, request):
             yield step
 
+    async def Edit(  # noqa: D102
+        self, request: pb.EditRequest, context: aio.ServicerContext[Any, Any]
+    ) -> pb.EditResponse:
+        async def run() -> pb.EditResponse:
+            ns, comp = self._scope(request.namespace, request.component)
+            if comp is None:
+                raise _bad("Edit needs a component")
+            if not request.key:
+                raise _bad(f"{ns}/{comp}: Edit needs a key")
+            value = None if request.delete else bytes(request.value)
+            if value is not None and not value:
+                raise _bad(f"{ns}/{comp}: key {request.key[:80]!r} has an empty encoded value")
+            codec = request.codec or "json"
+            if request.HasField("partition"):
+                problem = ids.partition_problem(request.partition)
+                if problem:
+                    raise _bad(problem)
+                tasks = [TaskKey(ns, comp, request.partition)]
+            elif request.delete:
+                tasks = [m.task for m in await self.storage.list_tasks(ns, comp)]
+            else:
+                raise _bad(f"{ns}/{comp}: setting a key needs the task's partition")
+            had = 0
+            for task in tasks:
+                had += await self.storage.edit(task, request.key, value, codec)
+            log.warning(
+                "state edited by an operator",
+                extra={"namespace": ns, "component": comp, "tasks": len(tasks),
+                       "had_key": had, "delete": request.delete},
+            )  # fmt: skip
+            return pb.EditResponse(tasks=len(tasks), had_key=had)
+
+        return await self._guard(context, "Edit", run, request)
+
     async def Read(  # noqa: D102
         self, request: pb.ReadRequest, context: aio.ServicerContext[Any, Any]
     ) -> AsyncIterator[pb.RestoreChunk]:

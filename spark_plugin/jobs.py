@@ -146,6 +146,8 @@ class JobOptions:
     fault_dir: str = ""
     group_faults: tuple[tuple[int, str], ...] = ()  # (batch, kind): see faults.GROUP_FAULTS
     redis_url: str = ""  # for the `redis` group fault
+    # TaskState(partitions=...): the repartition count, or "shuffle" in a stateful operator
+    partitions: int | str | None = None
 
     def open(self, ctx: Any, part: int) -> Any:
         """The state for this task: a TaskState (entered) or the worker's plain dict."""
@@ -155,7 +157,11 @@ class JobOptions:
 
         held = _held_version(f"{self.namespace}/{COMPONENT}/{part}")
         s = TaskState(
-            ctx, component=COMPONENT, namespace=self.namespace, sidecar=self.sidecar
+            ctx,
+            component=COMPONENT,
+            namespace=self.namespace,
+            sidecar=self.sidecar,
+            partitions=self.partitions,
         ).__enter__()
         record_open(self, s, held)
         return s
@@ -496,6 +502,8 @@ def run_query(args: argparse.Namespace) -> int:
         fault_dir=args.fault_dir,
         group_faults=parse_group_faults(args.group_faults or ""),
         redis_url=args.redis_url or "",
+        # applyInPandasWithState routes by the shuffle; the other APIs by repartition(P)
+        partitions="shuffle" if args.api == "applyInPandasWithState" else args.partitions,
     )
     spark = spark_session(args)
     spark.sparkContext.setLogLevel("ERROR")

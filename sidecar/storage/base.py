@@ -254,6 +254,16 @@ class Storage(Protocol):
         """
         ...
 
+    async def edit(self, task: TaskKey, key: str, value: bytes | None, codec: str) -> bool:
+        """An operator's edit: set `key` to `value` (None: delete it); whether it existed.
+
+        Applied at once, and again at the task's first Open of a later batch, so that
+        neither a replay of the batch in flight nor that batch's own commits undo it. A
+        delete also removes the key from the rollback record. NOT_FOUND for no task,
+        PARTITIONS while a rescale holds it, CODEC when the task uses another codec.
+        """
+        ...
+
     def read(
         self, task: TaskKey, pattern: str | None, max_fields: int
     ) -> AsyncIterator[Sequence[tuple[str | bytes, bytes]]]:

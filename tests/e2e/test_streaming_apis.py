@@ -111,10 +111,18 @@ def _check_equal_golden(runs: dict[str, Any], name: str, r: RedisServer, marker:
     assert runs[name]["state"] == runs["golden"]["state"]
 
 
-def test_golden_equals_totals_computed_without_spark(runs: dict[str, Any]) -> None:
+def test_golden_equals_totals_computed_without_spark(
+    runs: dict[str, Any], redis_server: RedisServer
+) -> None:
     assert runs["golden"]["state"] == expected_state(BATCHES, PER_BATCH, KEYS)
     assert len(runs["golden"]["rows"]) == BATCHES * PER_BATCH
     assert state_from_rows(runs["golden"]["rows"]) == runs["golden"]["state"]
+    # every API's tasks declare their partition count (TaskStateProcessor and
+    # applyInPandasWithState: the shuffle's, a local property); it is recorded with the state
+    c: redis.Redis = redis_server.client()
+    ns = f"{runs['prefix']}-golden"
+    recorded = {c.hget(meta_key(ns, COMPONENT, p), "partitions") for p in range(PARTS)}
+    assert recorded == {str(PARTS).encode()}
 
 
 def test_worker_sigkilled_after_commit_equals_golden(

@@ -67,10 +67,34 @@ class _Task:
     log_ver: int | None = None
     log_n: int = 0
     partitions: int | None = None  # the count recorded at the first Open declaring one
+    # operators' edits to apply again at the first Open of a batch after edit_batch
+    edits: dict[str, bytes | None] = field(default_factory=dict)
+    edit_batch: int | None = None
 
     @property
     def version(self) -> str:
         return f"{self.gen}:{self.ver}"
+
+
+def _log(t: _Task, keys: list[str]) -> None:
+    """A new version that changed `keys`, in the change log if it covers the last one."""
+    if t.log_ver == t.ver:
+        t.log[t.ver + 1] = keys
+        t.log_n += len(keys)
+        t.log_ver = t.ver + 1
+    t.ver += 1
+
+
+def _apply_edits(t: _Task) -> None:
+    """Apply the kept edits again (lua/open.lua) and forget them."""
+    for k, v in t.edits.items():
+        if v is None:
+            t.data.pop(k, None)
+        else:
+            t.data[k] = v
+    if t.edits:
+        _log(t, list(t.edits))
+    t.edits, t.edit_batch = {}, None
 
 
 class MemoryStorage:
@@ -170,7 +194,33 @@ class MemoryStorage:
             t.ver += 1
             t.rollbacks += 1
             rolled = True
+        if t.edit_batch is not None and (batch is None or batch > t.edit_batch):
+            _apply_edits(t)
         return OpenResult(t.epoch, t.batch, t.position, len(t.data), t.version, rolled, n)
+
+    async def edit(self, task: TaskKey, key: str, value: bytes | None, codec: str) -> bool:
+        """See base.Storage.edit (as lua/edit.lua)."""
+        t = self.tasks.get(task)
+        if t is None:
+            raise errors.not_found(task.fq, task.namespace)
+        if t.codec and t.codec != codec:
+            raise errors.codec_mismatch(task.fq, t.codec, codec)
+        had = key in t.data
+        if value is None:
+            t.data.pop(key, None)
+            if t.undo_copy is not None:
+                t.undo_copy.pop(key, None)
+            elif key in t.undo:
+                t.undo[key] = _ABSENT
+        else:
+            t.data[key] = value
+        _log(t, [key])
+        if t.edit_batch is None:
+            t.edits = {}
+        t.edits[key] = value
+        t.edit_batch = t.batch
+        t.updated_at = time.time()
+        return had
 
     def _known(self, namespace: str) -> bool:
         return namespace in self.records or any(k.namespace == namespace for k in self.tasks)

@@ -21,7 +21,15 @@ from ...errors import SidecarError
 from ..base import LAYOUT_VERSION, Check, DoctorReport, Durability, ServerReport, TaskKey, TaskMeta
 from ..connect import RedisSettings, redact
 from .durability import DurabilityWaits, text
-from .keys import ComponentRecord, component_fields, index_key, namespace_key, task_keys
+from .keys import (
+    ComponentRecord,
+    component_fields,
+    edits_key,
+    every_key,
+    index_key,
+    namespace_key,
+    task_keys,
+)
 from .routing import Connection
 from .safety import ServerSafety, eviction_check, persistence_check
 from .scan import ServerChangedError, hscan_pages
@@ -174,7 +182,7 @@ class RedisAdmin:
         dropped = 0
         client = self._conn.client
         for t in targets:
-            keys = task_keys(t)
+            keys = every_key(t)
 
             async def call(keys: tuple[str, ...] = keys, t: TaskKey = t) -> Any:
                 n = await client.delete(*keys)
@@ -198,6 +206,26 @@ class RedisAdmin:
             now = f"{time.time():.3f}"
             await self._conn.run("drop", lambda: client.hset(record, "reset_at", now))
         return dropped
+
+    async def edit(self, task: TaskKey, key: str, value: bytes | None, codec: str) -> bool:
+        """Set (or with None delete) one key; see base.Storage.edit (lua/edit.lua)."""
+        keys = (*task_keys(task), edits_key(task))
+        args = [key, value or b"", codec, f"{time.time():.3f}"]
+
+        async def call() -> Any:
+            return await self._conn.evalsha("edit", keys, args)
+
+        try:
+            return bool(await self._conn.run("edit", call))
+        except rex.ResponseError as exc:
+            kind, _, detail = str(exc).partition(" ")
+            if kind == "TSNOTASK":
+                raise errors.not_found(task.fq, task.namespace) from None
+            if kind == "TSRESCALING":
+                raise errors.rescaling(task.fq, detail.rpartition(":")[2]) from None
+            if kind == "TSCODEC":
+                raise errors.codec_mismatch(task.fq, detail, codec) from None
+            raise
 
     async def read(
         self, task: TaskKey, pattern: str | None, max_fields: int

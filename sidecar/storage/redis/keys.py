@@ -17,6 +17,8 @@ in one Redis Cluster slot and one script can touch all its keys:
                          namespace whose index is empty is still known (same slot);
                          and per component `partitions/<comp>` (its partition count)
                          and `rescale/<comp>` (a `taskstate rescale` under way, JSON)
+- `ts:{ns/comp/p}:edits`  hash: operators' edits (`taskstate set/del/erase`) to apply again
+                         at the task's next batch, key -> value ('' : delete)
 - `ts:{ns/comp/p}:stage`, `:stage_undo`  a rescale's new data and rollback record for
                          target task p, renamed into place when p is written (rescale.py)
 
@@ -34,7 +36,7 @@ from taskstate.proto.ids import fq_task_id
 
 from ..base import TaskKey
 
-Kind = Literal["data", "meta", "undo", "log", "stage", "stage_undo"]
+Kind = Literal["data", "meta", "undo", "log", "edits", "stage", "stage_undo"]
 
 
 class ComponentRecord(NamedTuple):
@@ -73,6 +75,18 @@ def task_keys(task: TaskKey) -> tuple[str, str, str, str]:
         task_key(n, c, p, "undo"),
         task_key(n, c, p, "log"),
     )
+
+
+def edits_key(task: TaskKey) -> str:
+    """The task's kept edits (lua/edit.lua, lua/open.lua)."""
+    return task_key(task.namespace, task.component, task.partition, "edits")
+
+
+def every_key(task: TaskKey) -> tuple[str, ...]:
+    """Every key a task may have: what deleting the task deletes."""
+    n, c, p = task.namespace, task.component, task.partition
+    return (*task_keys(task), edits_key(task), task_key(n, c, p, "stage"),
+            task_key(n, c, p, "stage_undo"))  # fmt: skip
 
 
 def index_key(namespace: str) -> str:

@@ -41,7 +41,15 @@ from ...errors import SidecarError
 from ...spark_hash import KEY_TYPES, partition_of
 from ..base import RescaleProgress, TaskKey
 from .durability import text
-from .keys import component_fields, index_key, namespace_key, task_key, task_keys
+from .keys import (
+    component_fields,
+    edits_key,
+    every_key,
+    index_key,
+    namespace_key,
+    task_key,
+    task_keys,
+)
 from .routing import Connection
 from .scan import ScanPage, ServerChangedError, hscan_pages
 
@@ -134,7 +142,7 @@ class RedisRescale:
             gen = uuid.uuid4().hex
             for t in range(to):
                 task = TaskKey(namespace, component, t)
-                keys = (*task_keys(task), *_staging(task))
+                keys = (*task_keys(task), *_staging(task), edits_key(task))
                 args = [
                     plan.lock,
                     str(to),
@@ -152,7 +160,7 @@ class RedisRescale:
         gone = [p for p in plan.sources if p >= to]
         for i, p in enumerate(gone):
             task = TaskKey(namespace, component, p)
-            await self._script("rescale_retire", (*task_keys(task), *_staging(task)), [plan.lock])
+            await self._script("rescale_retire", every_key(task), [plan.lock])
             await self._redis("SREM", index_key(namespace), f"{component}/{p}")
             yield RescaleProgress("retire", i + 1, len(gone))
 

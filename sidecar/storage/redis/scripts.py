@@ -20,6 +20,7 @@ NAMES = (
     "rescale_lock",
     "rescale_commit",
     "rescale_retire",
+    "edit",
 )
 
 

@@ -27,7 +27,7 @@ from ..base import CommitResult, Delta, Durability, OpenResult, TaskKey
 from ..connect import RedisSettings
 from .admin import RedisAdmin
 from .durability import DurabilityWaits, text
-from .keys import task_keys
+from .keys import edits_key, task_keys
 from .rescale import RedisRescale
 from .routing import Connection
 from .scan import ServerChangedError, hscan_pages
@@ -128,7 +128,7 @@ class RedisStorage(RedisAdmin, RedisRescale):
         """Claim the task; see base.Storage.open."""
         if durability.fsynced:
             await self._waits.check_fsync(task)
-        keys = task_keys(task)
+        keys = (*task_keys(task), edits_key(task))
         seen = self._seen.get(task)
         args = [
             "" if batch is None else str(batch),

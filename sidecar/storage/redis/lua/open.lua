@@ -1,5 +1,5 @@
 -- Open(task, batch, attempt): claim the task for a task attempt.
--- KEYS: 1 meta, 2 data, 3 undo, 4 log (all in the task's hash-tag slot)
+-- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 edits (all in the task's hash-tag slot)
 -- ARGV: 1 batch ('' for batch jobs), 2 generation id for a new task, 3 now,
 --       4 writer, 5 codec, 6 attempt id ('' from an older client: always a new claim),
 --       7 '1': refuse a task with no keys at all (TSNEW) so the sidecar can ask the index,
@@ -29,12 +29,15 @@
 -- Open that declares another count, or a partition id outside it, is refused (TSPARTS
 -- <recorded>); so is any Open while `taskstate rescale` holds the task (meta 'rescale':
 -- TSRESCALING <id>). A task with no keys gets both checks from the sidecar (TSNEW).
+-- Operators' edits (edit.lua) kept in `edits` are applied again by the first claim at a
+-- batch after meta 'edit_batch' (any claim, in a batch job), as a version of their own
+-- in the change log, and then forgotten.
 -- Errors: TSAHEAD <last>, TSPARTS <recorded>, TSRESCALING <id>, TSCORRUPT <what>, TSCODEC <stored codec>, TSFENCED <epoch>,
 -- TSLOST data <batch> <size> | TSLOST meta <keys> | TSLOST behind <batch> <ver>, TSNEW.
 -- An error writes nothing.
 local SUPERSEDED_MAX = 32
-local meta, data, undo, log = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local foreign = not_hashes({data, undo, log})  -- prelude.lua
+local meta, data, undo, log, edits = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local foreign = not_hashes({data, undo, log, edits})  -- prelude.lua
 if foreign then return foreign end
 local m = redis.call('HMGET', meta, 'layout', 'epoch', 'batch', 'gen', 'ver', 'codec',
   'undo_batch', 'prev_batch', 'prev_pos', 'pos', 'undo_mode', 'undo_n', 'claim',
@@ -155,6 +158,22 @@ if has_batch and last == batch and last >= 0 then
   rolled = 1
 end
 if not m[4] then redis.call('UNLINK', log) end  -- a new generation: no old log applies
+local edit_batch = redis.call('HGET', meta, 'edit_batch')
+if edit_batch and (not has_batch or batch > tonumber(edit_batch)) then
+  local e = redis.call('HGETALL', edits)
+  local ks = apply_record(data, e)  -- prelude.lua: '' deletes
+  local newver = ver + 1
+  local nv = string.format('%d', newver)
+  local lv = redis.call('HMGET', meta, 'log_ver', 'log_n')
+  if #ks > 0 and tonumber(lv[1] or '-1') == ver then
+    redis.call('HSET', log, nv, cmsgpack.pack(ks), '#' .. nv, #ks)
+    redis.call('HSET', meta, 'log_ver', nv, 'log_n',
+      string.format('%d', tonumber(lv[2] or '0') + #ks))
+  end
+  if #ks > 0 then ver = newver end
+  redis.call('DEL', edits)
+  redis.call('HDEL', meta, 'edit_batch')
+end
 local size = redis.call('HLEN', data)
 redis.call('HSET', meta, 'layout', '1', 'epoch', string.format('%d', epoch), 'gen', gen,
   'ver', string.format('%d', ver), 'codec', ARGV[5], 'opened_at', ARGV[3],

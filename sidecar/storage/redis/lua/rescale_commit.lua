@@ -3,7 +3,8 @@
 -- replace what it held, and its metadata starts a new generation at the component's
 -- committed batch, with the new partition count, a higher epoch (zombies stay fenced)
 -- and a change log that starts afresh (workers holding an older copy restore in full).
--- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 stage, 6 stage_undo
+-- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 stage, 6 stage_undo, 7 edits (dropped: the
+--       data holds every edit already)
 -- ARGV: 1 the rescale's lock, 2 partition count, 3 committed batch, 4 the batch before
 --       it ('': no rollback record, a replay of the batch is refused), 5 generation,
 --       6 now, 7 codec
@@ -25,7 +26,7 @@ if ARGV[4] ~= '' and redis.call('EXISTS', stage_undo) == 1 then
 else
   redis.call('UNLINK', undo, stage_undo)
 end
-redis.call('UNLINK', log)
+redis.call('UNLINK', log, KEYS[7])
 redis.call('DEL', meta)
 local size = redis.call('HLEN', data)
 redis.call('HSET', meta, 'layout', '1', 'epoch', string.format('%d', epoch), 'gen', ARGV[5],
