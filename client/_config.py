@@ -184,7 +184,7 @@ class TaskStateConfig:
         codec: str = "json",
         local_property: Callable[[str], str | None] = lambda _: None,
         env: Mapping[str, str] | None = None,
-        partitions: int | str | None = None,
+        partitions: int | None = None,
     ) -> TaskStateConfig:
         """Apply the precedence argument > environment > Spark local property > default.
 
@@ -232,37 +232,18 @@ class TaskStateConfig:
             cache_bytes=cache_bytes,
             load=load,
             security=SidecarSecurity.from_env(env),
-            partitions=_partitions(partitions, local_property, f"{ns}/{component}"),
+            partitions=_partitions(partitions, f"{ns}/{component}"),
         )
 
 
-SHUFFLE = "shuffle"
-SHUFFLE_PARTITIONS_PROPERTY = "spark.sql.shuffle.partitions"
-
-
-def _partitions(
-    value: int | str | None, local_property: Callable[[str], str | None], where: str
-) -> int | None:
-    """TaskState(partitions=...) as a count, or None.
-
-    `"shuffle"` is the stateful operator's shuffle partition count, which Spark passes to
-    its tasks as a local property.
-    """
+def _partitions(value: int | None, where: str) -> int | None:
+    """TaskState(partitions=...): a positive count, or None (not declared)."""
     if value is None:
         return None
-    if value == SHUFFLE:
-        raw = local_property(SHUFFLE_PARTITIONS_PROPERTY)
-        if not raw or not raw.strip().isdigit() or int(raw) < 1:
-            raise ConfigError(
-                f"task {where}: partitions='shuffle', but this task has no "
-                f"{SHUFFLE_PARTITIONS_PROPERTY} local property ({raw!r}): Spark passes it to "
-                "the tasks of SQL stages (applyInPandasWithState, transformWithState). "
-                "Elsewhere pass the count itself: partitions=N as in repartition(N, ...)"
-            )
-        return int(raw)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(
             f"task {where}: partitions={value!r}: pass how many partitions the job splits "
-            "this component into (a positive int, as in repartition(N, key)), or 'shuffle'"
+            "this component into: N as in repartition(N, key), or for a stateful operator the "
+            "count its checkpoint runs with (docs/spark-apis.md)"
         )
     return value

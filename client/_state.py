@@ -76,11 +76,10 @@ class TaskState(MutableMapping[str, Any]):
         durability: `applied`, `replicated:N`, `fsynced` or `replicated:N,fsynced`.
         codec: `json`.
         partitions: how many partitions the job splits this component's keys into: N
-            as in `repartition(N, key)`, or `"shuffle"` inside a stateful operator
-            (applyInPandasWithState; TaskStateProcessor sets it itself). Recorded with
-            the state: a job run later under another count is refused with
-            PartitionCountError instead of opening state that holds other keys
-            (`taskstate rescale` moves them). None: not checked.
+            as in `repartition(N, key)`; in a stateful operator, the count its checkpoint
+            runs with. Recorded with the state: a job run later under another count is
+            refused with PartitionCountError instead of opening state that holds other
+            keys (`taskstate rescale` moves them). None: not declared.
 
     Resume contract: `position` is the value passed to the last successful `commit()`
     of the committed state; a resumed task continues *after* that position.
@@ -96,7 +95,7 @@ class TaskState(MutableMapping[str, Any]):
         mode: str = "mirror",
         durability: str = "applied",
         codec: str = "json",
-        partitions: int | str | None = None,
+        partitions: int | None = None,
     ) -> None:
         self._ctx = current_context(ctx)
         self._ident = identity(self._ctx)

@@ -206,7 +206,8 @@ def partitions_changed(fq: str, recorded: int, declared: int | None) -> SidecarE
         "that hold their state. Nothing was changed. Operator action: stop the query and "
         f"run `taskstate rescale {ns}/{comp} --to {target}` (it moves every key to the "
         f"partition Spark gives it for {target}), then start the query again; or run the "
-        f"job with {recorded} partitions, as before.",
+        f"job with {recorded} partitions, as before. A stateful operator keeps the count its "
+        'checkpoint has: see docs/operations.md, "Changing the partition count".',
     )
 
 

@@ -146,8 +146,8 @@ class JobOptions:
     fault_dir: str = ""
     group_faults: tuple[tuple[int, str], ...] = ()  # (batch, kind): see faults.GROUP_FAULTS
     redis_url: str = ""  # for the `redis` group fault
-    # TaskState(partitions=...): the repartition count, or "shuffle" in a stateful operator
-    partitions: int | str | None = None
+    # TaskState(partitions=...): the repartition count, and the shuffle's (the same here)
+    partitions: int | None = None
 
     def open(self, ctx: Any, part: int) -> Any:
         """The state for this task: a TaskState (entered) or the worker's plain dict."""
@@ -311,6 +311,7 @@ def processor_class(opts: JobOptions, pandas: bool) -> Any:
         component = COMPONENT
         namespace = opts.namespace
         sidecar = opts.sidecar
+        partitions = opts.partitions
 
         def init(self, handle: Any) -> None:
             if opts.state == "dict":
@@ -502,8 +503,8 @@ def run_query(args: argparse.Namespace) -> int:
         fault_dir=args.fault_dir,
         group_faults=parse_group_faults(args.group_faults or ""),
         redis_url=args.redis_url or "",
-        # applyInPandasWithState routes by the shuffle; the other APIs by repartition(P)
-        partitions="shuffle" if args.api == "applyInPandasWithState" else args.partitions,
+        # repartition(P) and spark.sql.shuffle.partitions=P: every API's count is P
+        partitions=args.partitions,
     )
     spark = spark_session(args)
     spark.sparkContext.setLogLevel("ERROR")

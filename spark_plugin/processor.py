@@ -25,15 +25,16 @@ from taskstate.client import TaskState
 
 
 class TaskStateProcessor(StatefulProcessor):
-    """Subclass it, set `component` (and optionally `namespace`, `sidecar`, `mode`)."""
+    """Subclass it; set `component` and `partitions` (optionally `namespace`, `mode`)."""
 
     component: ClassVar[str]
     namespace: ClassVar[str | None] = None
     sidecar: ClassVar[str | None] = None
     mode: ClassVar[str] = "mirror"
     durability: ClassVar[str] = "applied"
-    # transformWithState routes keys by the shuffle: its count, recorded with the state
-    partitions: ClassVar[int | str | None] = "shuffle"
+    # the count the query's checkpoint runs with (its spark.sql.shuffle.partitions):
+    # declared, it is recorded with the state and checked (docs/spark-apis.md)
+    partitions: ClassVar[int | None] = None
 
     state: TaskState | Any
 

@@ -61,17 +61,29 @@ def test_the_fake_refuses_another_count_and_rescales_like_redis(fake: FakeSideca
         list(admin.stub.Rescale(pb.RescaleRequest(namespace="ns", component="c", to=2)))
 
 
-def test_partitions_shuffle_reads_the_operators_count() -> None:
-    class Ctx(LocalContext):
-        def getLocalProperty(self, key: str) -> str | None:  # noqa: N802 - Spark's name
-            return "6" if key == "spark.sql.shuffle.partitions" else None
+def test_partitions_must_be_a_positive_count() -> None:
+    for bad in (0, -3, "shuffle", True, 2.0):
+        with pytest.raises(ConfigError, match="partitions=.*pass how many partitions"):
+            TaskState(LocalContext(0, batch_id=0), component="c", namespace="ns",
+                      sidecar="unix:///x", partitions=bad)  # type: ignore[arg-type]  # fmt: skip
 
-    s = TaskState(Ctx(2, batch_id=0), component="c", namespace="ns", sidecar="unix:///x",
-                  partitions="shuffle")  # fmt: skip
-    assert s.config.partitions == 6
-    with pytest.raises(ConfigError, match="no spark.sql.shuffle.partitions local property"):
-        TaskState(LocalContext(0, batch_id=0), component="c", namespace="ns",
-                  sidecar="unix:///x", partitions="shuffle")  # fmt: skip
-    with pytest.raises(ConfigError, match="a positive int"):
-        TaskState(LocalContext(0, batch_id=0), component="c", namespace="ns",
-                  sidecar="unix:///x", partitions=0)  # fmt: skip
+
+def test_the_fake_keeps_edits_through_a_replay_like_redis(fake: FakeSidecar) -> None:
+    def batch(b: int, add: int) -> int:
+        with TaskState(LocalContext(0, batch_id=b), component="e", namespace="ns",
+                       sidecar=fake.target) as s:  # fmt: skip
+            s["k"] = s.get("k", 0) + add
+            return int(s["k"])
+
+    batch(0, 1)
+    batch(1, 2)
+    admin = Admin(fake.target, 10.0)
+    req = pb.EditRequest(namespace="ns", component="e", partition=0, key="k", value=b"100",
+                         codec="json")  # fmt: skip
+    assert admin.call("Edit", req).had_key == 1
+    assert batch(1, 2) == 3  # the replay of batch 1 runs on the value before it
+    assert batch(2, 5) == 105  # from the next batch on, the edit holds
+    assert batch(3, 1) == 106  # applied once
+    erase = pb.EditRequest(namespace="ns", component="e", key="k", delete=True)
+    assert admin.call("Edit", erase).tasks == 1
+    assert batch(4, 0) == 0
