@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from taskstate.sidecar.storage.connect import redact
+
 from .faults import maybe_fault
 from .jobs import (
     ROCKSDB,
@@ -629,6 +631,13 @@ def orchestrate(a: argparse.Namespace) -> int:
         marks = {name: fault_batches(a.batches, f) for name, _, f in scenarios}
         chart(png, results, labels, peak, a.batches, marks)  # after the summary
         demo.say(f"chart: {png}")
+        if a.redis_url:  # the user's Redis: say what stays there, and how to remove it
+            kept = [f"{demo.prefix}-{n}" for n, state, _ in scenarios if state == "taskstate"]
+            demo.say(
+                f"\nthe state stays in {redact(a.redis_url)} for `taskstate ls|show "
+                f"--redis-url URL`: namespaces {', '.join(kept)}. Remove it with "
+                "`taskstate drop NS --yes --redis-url URL`."
+            )
         ok = summary_runs[1]["identical"]
         return 0 if ok else 1
     except KeyboardInterrupt:

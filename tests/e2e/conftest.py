@@ -72,6 +72,9 @@ def wheel(spark_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert r.returncode == 0, f"the wheel did not build:\n{r.stderr[-3000:]}"
     shutil.rmtree(root / "build", ignore_errors=True)  # setuptools' scratch folder
     (whl,) = out.glob("taskstate-*.whl")
+    with zipfile.ZipFile(whl) as z:  # the scripts are data of their own package (no warning)
+        lua = {n.rpartition("/")[2] for n in z.namelist() if n.endswith(".lua")}
+    assert lua == {p.name for p in (root / "sidecar/storage/redis/lua").glob("*.lua")}
     return whl
 
 

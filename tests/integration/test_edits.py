@@ -121,8 +121,8 @@ def test_bad_edits_are_refused_and_change_nothing(
     assert snapshot(redis_server, namespace) == before
 
 
-@pytest.mark.parametrize("command", ["set", "del", "erase"])
-def test_edits_need_a_token_granted_the_namespace(
+@pytest.mark.parametrize("command", ["set", "del", "erase", "rescale"])
+def test_edits_and_rescale_need_a_token_granted_the_namespace(
     redis_server: RedisServer, namespace: str, tmp_path: Path, command: str
 ) -> None:
     tmp = tmp_path
@@ -136,10 +136,12 @@ def test_edits_need_a_token_granted_the_namespace(
         "set": ["set", f"{namespace}/c/0", "k1", "1"],
         "del": ["del", f"{namespace}/c/0", "k1"],
         "erase": ["erase", f"{namespace}/c", "k1"],
+        "rescale": ["rescale", f"{namespace}/c", "--to", "2"],
     }[command]
     extra = ["--tokens-file", str(tokens)]
     with SidecarProcess(redis_server.url, tmp / "s.sock", extra=extra) as side:
         cmd = [sys.executable, "-m", "taskstate.cli.main", *args, "--sidecar", side.target,
                "--token-file", str(tmp / "other")]  # fmt: skip
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)  # noqa: S603
-    assert done.returncode == 1 and "may not edit it" in done.stderr, done.stderr
+    verb = "rescale" if command == "rescale" else "edit"
+    assert done.returncode == 1 and f"may not {verb} it" in done.stderr, done.stderr

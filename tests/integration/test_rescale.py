@@ -258,3 +258,12 @@ def test_a_rescale_whose_sidecar_is_killed_mid_copy_is_finished_by_the_next_run(
         assert_placed(redis_server, namespace, 8, totals(range(1), keys))
         run_batch(side, namespace, 8, 1, events(1, keys))
     assert_placed(redis_server, namespace, 8, totals(range(2), keys))
+
+
+def test_dropping_a_component_forgets_its_partition_count(
+    sidecar: SidecarProcess, redis_server: RedisServer, namespace: str
+) -> None:
+    run_batch(sidecar, namespace, 4, 0, events(0))
+    cli(sidecar, "drop", f"{namespace}/{COMPONENT}", "--yes")
+    run_batch(sidecar, namespace, 6, 1, events(1))  # starts again, under a new count
+    assert_placed(redis_server, namespace, 6, totals(range(1, 2)))
