@@ -32,8 +32,9 @@
 -- Operators' edits (edit.lua) kept in `edits` are applied again by the first claim at a
 -- batch after meta 'edit_batch' (any claim, in a batch job), as a version of their own
 -- in the change log, and then forgotten.
--- Errors: TSAHEAD <last>, TSPARTS <recorded>, TSRESCALING <id>, TSCORRUPT <what>, TSCODEC <stored codec>, TSFENCED <epoch>,
--- TSLOST data <batch> <size> | TSLOST meta <keys> | TSLOST behind <batch> <ver>, TSNEW.
+-- Errors: TSAHEAD <last>, TSPARTS <recorded>, TSRESCALING <id>, TSCORRUPT <what>,
+-- TSCODEC <stored codec>, TSFENCED <epoch>, TSLOST data <batch> <size> |
+-- TSLOST meta <keys> | TSLOST behind <batch> <ver>, TSNEW.
 -- An error writes nothing.
 local SUPERSEDED_MAX = 32
 local meta, data, undo, log, edits = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
