@@ -1,6 +1,6 @@
 """taskstate's speed against the limits, as ratios measured in the same run.
 
-    python -m benchmarks [--quick] [--json FILE] [--only commit,restore,...,handover,memory]
+    python -m benchmarks [--quick] [--json FILE] [--only commit,restore,...,groups,rescale]
 
 Every figure runs the real path (client -> sidecar process -> redis-server, both on Unix
 sockets in a temp directory) and a baseline on the same Redis in the same run, because
@@ -31,6 +31,7 @@ from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 from .handover import executor_memory, handover
+from .rescale import rescale_figure
 
 
 @dataclass
@@ -452,6 +453,7 @@ SIZES = {
         "handover": (50_000, 400_000, 15),
         "memory": (8, 250_000, 64),
         "groups": ((10_000, 1, 6), (1_000, 100, 6)),
+        "rescale": 400_000,
     },
     "quick": {
         "commit": (2_000, 3),
@@ -462,11 +464,22 @@ SIZES = {
         "handover": (5_000, 40_000, 5),
         "memory": (4, 20_000, 2),
         "groups": ((200, 1, 4), (20, 100, 4)),
+        "rescale": 20_000,
     },
 }
 
 
-FIGURES = ("commit", "restore", "latency", "spark", "recovery", "handover", "memory", "groups")
+FIGURES = (
+    "commit",
+    "restore",
+    "latency",
+    "spark",
+    "recovery",
+    "handover",
+    "memory",
+    "groups",
+    "rescale",
+)
 
 
 def machine() -> dict[str, Any]:
@@ -519,6 +532,7 @@ def run(quick: bool, only: set[str]) -> dict[str, Any]:
                 ("handover", lambda: handover(redis, side.target, *size["handover"])),
                 ("memory", lambda: [executor_memory(redis, side.target, *size["memory"])]),
                 ("groups", lambda: groups(redis, work, size["groups"])),
+                ("rescale", lambda: rescale_figure(redis, side.target, size["rescale"])),
             ]
             for name, step in steps:
                 if only and name not in only:

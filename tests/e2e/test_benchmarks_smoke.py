@@ -40,6 +40,8 @@ def test_quick_benchmarks_run_and_report_every_figure(spark_ready: None, tmp_pat
     groups = [f for f in result["figures"] if f["name"].startswith("applyInPandasWithState")]
     assert len(groups) == 2 and all(g["ours"] > 0 and g["detail"]["sync_ms"] > 0 for g in groups)
     (mem,) = [f for f in result["figures"] if f["name"].startswith("executor memory")]
+    (moved,) = [f for f in result["figures"] if f["name"].startswith("rescale 20,000 keys")]
+    assert moved["ours"] > 0 and moved["baseline"] > 0
     assert mem["detail"]["rss_mib"]["unbounded"] > 0
     for f in result["figures"]:
         assert f["ours"] >= 0 and f["baseline"] > 0 and f["ratio"] > 0, f

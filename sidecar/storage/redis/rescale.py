@@ -24,6 +24,7 @@ any point is finished by the next run with the same arguments:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 import uuid
@@ -326,12 +327,16 @@ class RedisRescale:
                     "delete the key (`taskstate erase`) and run the same rescale again"
                 ) from None
             by_target[t] += (k, v)
-        for t, flat in by_target.items():
+
+        async def write(t: int, flat: list[Any]) -> None:
             key = _staging(targets[t])[which]
             _, replies = await self._conn.send(key, [("HSET", key, *flat)])
             for r in replies:
                 if isinstance(r, Exception):
                     raise r
+
+        # the targets' writes overlap: one round trip per page, not one per target
+        await asyncio.gather(*(write(t, flat) for t, flat in by_target.items()))
 
     # -- helpers -------------------------------------------------------------------
 
