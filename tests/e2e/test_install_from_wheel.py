@@ -41,6 +41,7 @@ def work(rows):
 
 spark = SparkSession.builder.getOrCreate()
 rows = spark.sparkContext.parallelize(range(40), 2).mapPartitions(work).collect()
+assert spark.range(8).mapInPandas(lambda frames: frames, "id long").count() == 8
 json.dump(rows, open(sys.argv[2], "w"))
 spark.stop()
 """
@@ -64,6 +65,8 @@ def run(cmd: list[str], env: dict[str, str], timeout: float = 600) -> str:
         cwd="/", start_new_session=True,
     )  # fmt: skip
     assert r.returncode == 0, f"{cmd[:3]} failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
+    # the pinned pandas is one PySpark supports: no warning in the driver or any task
+    assert "does not yet fully support pandas" not in r.stderr, r.stderr[-2000:]
     return r.stdout
 
 
