@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,6 +13,9 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
+
+from taskstate.sidecar.storage.redis.keys import namespace_pattern
+from taskstate.testing import RedisServer
 
 pytestmark = pytest.mark.e2e
 
@@ -30,10 +34,19 @@ def _demo(args: list[str]) -> subprocess.Popen[str]:
     )
 
 
-def test_demo_summary_and_chart(spark_ready: None, tmp_path: Path) -> None:
-    proc = _demo([*SMALL, "--faults", "all", "--out", str(tmp_path)])
+def test_demo_summary_and_chart(
+    spark_ready: None, tmp_path: Path, redis_server: RedisServer
+) -> None:
+    # on "the user's" Redis: the demo says at the end which namespaces it left there
+    proc = _demo([*SMALL, "--faults", "all", "--out", str(tmp_path),
+                  "--redis-url", redis_server.url])  # fmt: skip
     out, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, out[-4000:]
+    left = out.split("the state stays in", 1)[1]
+    names = re.findall(r"demo-[0-9a-f]{8}-(?:golden|taskstate)", left.split(". Remove", 1)[0])
+    assert len(names) == 2 and "taskstate drop NS --yes --redis-url URL" in left
+    for ns in names:  # they are there, for `taskstate ls/show --redis-url`
+        assert redis_server.client().keys(namespace_pattern(ns)), ns
     summary = json.loads((tmp_path / "summary.json").read_text())
     runs = {r["name"]: r for r in summary["runs"]}
     assert set(runs) == {"golden", "taskstate", "plain-dict"}
