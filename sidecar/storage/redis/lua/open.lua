@@ -42,7 +42,8 @@ local foreign = not_hashes({data, undo, log, edits})  -- prelude.lua
 if foreign then return foreign end
 local m = redis.call('HMGET', meta, 'layout', 'epoch', 'batch', 'gen', 'ver', 'codec',
   'undo_batch', 'prev_batch', 'prev_pos', 'pos', 'undo_mode', 'undo_n', 'claim',
-  'claim_batch', 'superseded', 'log_ver', 'log_n', 'size', 'size_ver')
+  'claim_batch', 'superseded', 'log_ver', 'log_n', 'size', 'size_ver', 'partitions',
+  'rescale', 'edit_batch')
 local has_data = redis.call('EXISTS', data) == 1
 if redis.call('EXISTS', meta) == 0 then
   if has_data then
@@ -58,12 +59,11 @@ end
 if m[6] and m[6] ~= ARGV[5] then
   return redis.error_reply('TSCODEC ' .. m[6])
 end
-local pm = redis.call('HMGET', meta, 'partitions', 'rescale')
-if pm[2] then return redis.error_reply('TSRESCALING ' .. pm[2]) end
-local recorded = tonumber(pm[1] or '')
+if m[21] then return redis.error_reply('TSRESCALING ' .. m[21]) end
+local recorded = tonumber(m[20] or '')
 if recorded and ((ARGV[10] ~= '' and tonumber(ARGV[10]) ~= recorded)
     or tonumber(ARGV[11]) >= recorded) then
-  return redis.error_reply('TSPARTS ' .. pm[1])
+  return redis.error_reply('TSPARTS ' .. m[20])
 end
 local last = tonumber(m[3] or '-1')
 local epoch = tonumber(m[2] or '0')
@@ -159,7 +159,7 @@ if has_batch and last == batch and last >= 0 then
   rolled = 1
 end
 if not m[4] then redis.call('UNLINK', log) end  -- a new generation: no old log applies
-local edit_batch = redis.call('HGET', meta, 'edit_batch')
+local edit_batch = m[22]  -- a rollback leaves it as it was
 if edit_batch and (not has_batch or batch > tonumber(edit_batch)) then
   local e = redis.call('HGETALL', edits)
   local ks = apply_record(data, e)  -- prelude.lua: '' deletes
