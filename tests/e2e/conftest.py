@@ -125,3 +125,27 @@ def stored_state(redis: RedisServer, namespace: str, component: str) -> dict[str
     for key in c.scan_iter(match=data_key(namespace, component, "*")):
         out.update({k.decode(): orjson.loads(v) for k, v in c.hgetall(key).items()})
     return out
+
+
+def event_stream(spark: Any, per_batch: int, batches: int, keys: int) -> Any:
+    """The replayable event source (spark_plugin/jobs.py): `batches` batches of `per_batch`
+    events over `keys` keys (key_of)."""
+    from taskstate.spark_plugin.jobs import SOURCE_NAME
+
+    return (
+        spark.readStream.format(SOURCE_NAME)
+        .option("per_batch", str(per_batch))
+        .option("batches", str(batches))
+        .option("keys", str(keys))
+        .load()
+    )
+
+
+def to_json_files(df: Any, tmp: Path) -> Any:
+    """Start the query writing `df` to JSON files in tmp/out, checkpointed in tmp/ck."""
+    return (
+        df.writeStream.format("json")
+        .option("path", str(tmp / "out"))
+        .option("checkpointLocation", str(tmp / "ck"))
+        .start()
+    )

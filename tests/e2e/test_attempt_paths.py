@@ -23,10 +23,10 @@ from typing import Any
 import pytest
 
 from taskstate.spark_plugin import configure, with_batch_id
-from taskstate.spark_plugin.jobs import SOURCE_NAME, key_of
+from taskstate.spark_plugin.jobs import key_of
 from taskstate.testing import RedisServer, SidecarProcess
 
-from .conftest import stored_state
+from .conftest import event_stream, stored_state
 
 pytestmark = pytest.mark.e2e
 
@@ -43,13 +43,7 @@ def configured(spark: Any, prefix: str) -> str:
 
 
 def events(spark: Any) -> Any:
-    return (
-        spark.readStream.format(SOURCE_NAME)
-        .option("per_batch", str(PER_BATCH))
-        .option("batches", str(BATCHES))
-        .option("keys", str(KEYS))
-        .load()
-    )
+    return event_stream(spark, PER_BATCH, BATCHES, KEYS)
 
 
 def run(query: Any, checkpoint: Path, last_batch: int = BATCHES - 1) -> None:

@@ -27,10 +27,10 @@ import pytest
 from taskstate.sidecar.spark_hash import partition_of
 from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.spark_plugin import configure
-from taskstate.spark_plugin.jobs import SOURCE_NAME, key_of
+from taskstate.spark_plugin.jobs import key_of
 from taskstate.testing import RedisServer, SidecarProcess
 
-from .conftest import stored_state
+from .conftest import event_stream, stored_state, to_json_files
 from .test_state_lost_restart import until
 
 pytestmark = pytest.mark.e2e
@@ -66,21 +66,11 @@ def counting(sidecar: str, marks: str) -> Any:
 
 
 def start(spark: Any, sidecar: str, tmp: Path) -> Any:
-    events = (
-        spark.readStream.format(SOURCE_NAME)
-        .option("per_batch", str(PER_BATCH))
-        .option("batches", str(BATCHES))
-        .option("keys", str(KEYS))
-        .load()
+    events = event_stream(spark, PER_BATCH, BATCHES, KEYS)
+    df = events.repartition(PARTS, "key").mapInPandas(
+        counting(sidecar, str(tmp / "marks")), "event_id long, key string, count long"
     )
-    return (
-        events.repartition(PARTS, "key")
-        .mapInPandas(counting(sidecar, str(tmp / "marks")), "event_id long, key string, count long")
-        .writeStream.format("json")
-        .option("path", str(tmp / "out"))
-        .option("checkpointLocation", str(tmp / "ck"))
-        .start()
-    )
+    return to_json_files(df, tmp)
 
 
 def cli(sidecar: SidecarProcess, *args: str) -> str:

@@ -25,10 +25,10 @@ import pytest
 from taskstate.sidecar.spark_hash import partition_of
 from taskstate.sidecar.storage.redis.keys import data_key, namespace_pattern
 from taskstate.spark_plugin import configure
-from taskstate.spark_plugin.jobs import SOURCE_NAME, key_of
+from taskstate.spark_plugin.jobs import key_of
 from taskstate.testing import RedisServer, SidecarProcess
 
-from .conftest import stored_state
+from .conftest import event_stream, stored_state, to_json_files
 from .test_state_lost_restart import until
 
 pytestmark = pytest.mark.e2e
@@ -52,21 +52,11 @@ def counting(sidecar: str, n: int) -> Any:
 
 
 def start(spark: Any, sidecar: str, n: int, batches: int, tmp: Path) -> Any:
-    events = (
-        spark.readStream.format(SOURCE_NAME)
-        .option("per_batch", str(PER_BATCH))
-        .option("batches", str(batches))
-        .option("keys", str(KEYS))
-        .load()
+    events = event_stream(spark, PER_BATCH, batches, KEYS)
+    df = events.repartition(n, "key").mapInPandas(
+        counting(sidecar, n), "event_id long, key string, value long"
     )
-    return (
-        events.repartition(n, "key")
-        .mapInPandas(counting(sidecar, n), "event_id long, key string, value long")
-        .writeStream.format("json")
-        .option("path", str(tmp / "out"))
-        .option("checkpointLocation", str(tmp / "ck"))
-        .start()
-    )
+    return to_json_files(df, tmp)
 
 
 def counts(last: int) -> dict[str, int]:
@@ -158,27 +148,17 @@ def per_group(sidecar: str, n: int) -> Any:
 def start_grouped(spark: Any, sidecar: str, n: int, batches: int, tmp: Path) -> Any:
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    events = (
-        spark.readStream.format(SOURCE_NAME)
-        .option("per_batch", str(PER_BATCH))
-        .option("batches", str(batches))
-        .option("keys", str(KEYS))
-        .load()
-    )
-    return (
-        events.groupBy("key")
-        .applyInPandasWithState(
+    events = event_stream(spark, PER_BATCH, batches, KEYS)
+    df = (
+        events.groupBy("key").applyInPandasWithState(
             per_group(sidecar, n),
             "key string, count long",
             "unused int",
             "append",
             GroupStateTimeout.NoTimeout,
         )  # fmt: skip
-        .writeStream.format("json")
-        .option("path", str(tmp / "out"))
-        .option("checkpointLocation", str(tmp / "ck"))
-        .start()
     )
+    return to_json_files(df, tmp)
 
 
 def test_a_stateful_operator_moves_with_sparks_checkpoint_repartition_then_taskstate_rescale(

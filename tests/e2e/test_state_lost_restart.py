@@ -24,10 +24,10 @@ import pytest
 
 from taskstate.sidecar.storage.redis.keys import namespace_pattern
 from taskstate.spark_plugin import configure
-from taskstate.spark_plugin.jobs import SOURCE_NAME, key_of
+from taskstate.spark_plugin.jobs import key_of
 from taskstate.testing import RedisServer, SidecarProcess
 
-from .conftest import stored_state
+from .conftest import event_stream, stored_state, to_json_files
 
 pytestmark = pytest.mark.e2e
 
@@ -50,21 +50,11 @@ def counting(sidecar: str) -> Any:
 
 
 def start(spark: Any, sidecar: str, batches: int, tmp: Path) -> Any:
-    events = (
-        spark.readStream.format(SOURCE_NAME)
-        .option("per_batch", str(PER_BATCH))
-        .option("batches", str(batches))
-        .option("keys", str(KEYS))
-        .load()
+    events = event_stream(spark, PER_BATCH, batches, KEYS)
+    df = events.repartition(2, "key").mapInPandas(
+        counting(sidecar), "event_id long, key string, value long"
     )
-    return (
-        events.repartition(2, "key")
-        .mapInPandas(counting(sidecar), "event_id long, key string, value long")
-        .writeStream.format("json")
-        .option("path", str(tmp / "out"))
-        .option("checkpointLocation", str(tmp / "ck"))
-        .start()
-    )
+    return to_json_files(df, tmp)
 
 
 def until(query: Any, done: Path) -> BaseException | None:
