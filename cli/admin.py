@@ -190,6 +190,7 @@ def _info_dict(t: pb.TaskInfo) -> dict[str, Any]:
         "updated_at": t.updated_at,
         "last_writer": t.last_writer,
         "rollbacks": t.rollbacks,
+        "partitions": t.partitions or None,
     }
 
 
@@ -234,11 +235,12 @@ def cmd_ls(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
         out.write(f"no tasks with stored state in {a.scope}\n")
         return 0
     rows: list[Sequence[Any]] = [
-        ("TASK", "BATCH", "KEYS", "EPOCH", "ROLLBACKS", "UPDATED", "LAST WRITER")
+        ("TASK", "BATCH", "KEYS", "PARTITIONS", "EPOCH", "ROLLBACKS", "UPDATED", "LAST WRITER")
     ]
     for t in tasks:
-        rows.append((t["task"], t["committed_batch"], t["keys"], t["epoch"], t["rollbacks"],
-                     _when(t["updated_at"]), t["last_writer"] or "-"))  # fmt: skip
+        rows.append((t["task"], t["committed_batch"], t["keys"], t["partitions"] or "-",
+                     t["epoch"], t["rollbacks"], _when(t["updated_at"]),
+                     t["last_writer"] or "-"))  # fmt: skip
     _table(rows, out)
     return 0
 
@@ -261,10 +263,13 @@ def cmd_show(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
         _dump({"task": info, "state": state}, out)
         return 0
     for label, key in (("task", "task"), ("committed batch", "committed_batch"),
-                       ("position", "position"), ("keys", "keys"), ("epoch", "epoch"),
+                       ("position", "position"), ("keys", "keys"),
+                       ("partitions", "partitions"), ("epoch", "epoch"),
                        ("version", "version"), ("codec", "codec"), ("rollbacks", "rollbacks"),
                        ("last writer", "last_writer")):  # fmt: skip
         value = info[key]
+        if key == "partitions" and value is None:
+            value = "- (none recorded)"
         out.write(f"{label + ':':17}{json.dumps(value) if key == 'position' else value}\n")
     out.write(f"{'updated:':17}{_when(info['updated_at'])}\n")
     shown = f" matching {a.keys!r}" if a.keys else ""
@@ -283,8 +288,21 @@ def _tasks_of(admin: Admin, scope: str) -> list[pb.TaskInfo]:
 
 
 def cmd_export(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
-    """`taskstate export`: JSON lines, a `task` line then its `entry` lines, per task."""
+    """`taskstate export`: JSON lines, a `task` line then its `entry` lines, per task.
+
+    A task line carries what a later Open checks and an import restores: the committed
+    batch, the position, the codec and the component's partition count (`partitions`,
+    null when none is recorded).
+    """
     tasks = _tasks_of(admin, a.scope)
+    held = [t for t in tasks if t.rescaling]
+    if held:
+        where = held[0].task
+        raise UsageError(
+            f"{where.namespace}/{where.component}: a `taskstate rescale` holds its tasks and "
+            "has not finished; their state is being moved. Nothing was exported. Finish the "
+            "rescale (run it again with its --to), then export."
+        )
     target: IO[str] = open(a.out, "w", encoding="utf-8") if a.out else out  # noqa: SIM115
     keys = 0
     try:
@@ -353,6 +371,7 @@ def cmd_import(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
                 committed_batch=int(current.get("committed_batch", -1)),
                 codec=current.get("codec") or "json",
                 replace=a.replace,
+                partitions=current["_partitions"] or 0,
             )
             if pos is not None:
                 req.position = orjson.dumps(pos)
@@ -375,7 +394,12 @@ def cmd_import(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
                         file=sys.stderr,
                     )
                 task = str(rec.get("task", ""))
-                current = {**rec, "_id": _task_id(task), "_n": 0}
+                current = {
+                    **rec,
+                    "_id": _task_id(task),
+                    "_n": 0,
+                    "_partitions": _partitions_of(rec, a.partitions, where),
+                }
                 epoch = 0
                 continue
             if current is None or rec.get("task") != current["task"]:
@@ -399,6 +423,36 @@ def cmd_import(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
             stream.close()
     out.write(f"imported {imported} task(s), {keys} key(s)\n")
     return 0
+
+
+def _partitions_of(rec: dict[str, Any], given: str | None, where: str) -> int | None:
+    """The partition count an export's task line records, or `--partitions` for one without.
+
+    An export that lacks it (written before counts were exported) cannot be imported
+    without saying it: an imported task without its count would let a job run under
+    another count without the refusal it would get otherwise.
+    """
+    task = rec.get("task")
+    if "partitions" not in rec:
+        if given is None:
+            raise UsageError(
+                f"{where}: task {task} has no partition count (the export was written "
+                "before taskstate exported it). Nothing from this line on was imported. Give "
+                "the count the job splits the component into: --partitions N (the N of its "
+                "repartition(N, key) or of its checkpoint), or --partitions none when the "
+                "job declares none."
+            )
+        return None if given == "none" else int(given)
+    count = rec["partitions"]
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise UsageError(f"{where}: task {task}: partitions {count!r} is not a count")
+    if given is not None and (None if given == "none" else int(given)) != count:
+        raise UsageError(
+            f"{where}: task {task} was exported with partitions {count}, and --partitions "
+            f"says {given}. Nothing from this line on was imported. Leave --partitions out "
+            "(it is for exports that lack the count), or rescale after the import."
+        )
+    return count
 
 
 def cmd_drop(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
@@ -516,6 +570,12 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Admin, IO[str]], int]] = {
 }
 
 
+def _count_or_none(text: str) -> str:
+    if text == "none" or (text.isdigit() and int(text) >= 1):
+        return text
+    raise argparse.ArgumentTypeError(f"{text!r} is not a partition count (N >= 1, or none)")
+
+
 def build_parser(command: str) -> argparse.ArgumentParser:
     """The parser of one operator command."""
     p = argparse.ArgumentParser(prog=f"taskstate {command}")
@@ -557,6 +617,14 @@ def build_parser(command: str) -> argparse.ArgumentParser:
             "file", metavar="FILE", help="JSON lines from `taskstate export` (- for stdin)"
         )
         p.add_argument("--replace", action="store_true", help="replace tasks that have state")
+        p.add_argument(
+            "--partitions",
+            type=_count_or_none,
+            default=None,
+            metavar="N|none",
+            help="the partition count, for an export written before taskstate exported it "
+            "(a newer export carries it, and this must then agree)",
+        )
     elif command == "drop":
         p.add_argument("scope", metavar="NAMESPACE[/COMPONENT[/PARTITION]]", help="what to drop")
         p.add_argument("--yes", action="store_true", help="really delete the stored state")

@@ -209,7 +209,7 @@ class DescribeRequest(_message.Message):
     def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ...) -> None: ...
 
 class TaskInfo(_message.Message):
-    __slots__ = ("task", "exists", "committed_batch", "epoch", "position", "has_position", "size", "version", "codec", "layout", "updated_at", "last_writer", "rollbacks")
+    __slots__ = ("task", "exists", "committed_batch", "epoch", "position", "has_position", "size", "version", "codec", "layout", "updated_at", "last_writer", "rollbacks", "partitions", "rescaling")
     TASK_FIELD_NUMBER: _ClassVar[int]
     EXISTS_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_BATCH_FIELD_NUMBER: _ClassVar[int]
@@ -223,6 +223,8 @@ class TaskInfo(_message.Message):
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     LAST_WRITER_FIELD_NUMBER: _ClassVar[int]
     ROLLBACKS_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    RESCALING_FIELD_NUMBER: _ClassVar[int]
     task: TaskId
     exists: bool
     committed_batch: int
@@ -236,7 +238,9 @@ class TaskInfo(_message.Message):
     updated_at: float
     last_writer: str
     rollbacks: int
-    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., exists: _Optional[bool] = ..., committed_batch: _Optional[int] = ..., epoch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., codec: _Optional[str] = ..., layout: _Optional[int] = ..., updated_at: _Optional[float] = ..., last_writer: _Optional[str] = ..., rollbacks: _Optional[int] = ...) -> None: ...
+    partitions: int
+    rescaling: bool
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., exists: _Optional[bool] = ..., committed_batch: _Optional[int] = ..., epoch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., codec: _Optional[str] = ..., layout: _Optional[int] = ..., updated_at: _Optional[float] = ..., last_writer: _Optional[str] = ..., rollbacks: _Optional[int] = ..., partitions: _Optional[int] = ..., rescaling: _Optional[bool] = ...) -> None: ...
 
 class ListRequest(_message.Message):
     __slots__ = ("namespace", "component")
@@ -355,7 +359,7 @@ class ReadRequest(_message.Message):
     def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., pattern: _Optional[str] = ..., max_fields: _Optional[int] = ...) -> None: ...
 
 class ImportRequest(_message.Message):
-    __slots__ = ("task", "entries", "committed_batch", "position", "has_position", "codec", "replace", "append", "epoch")
+    __slots__ = ("task", "entries", "committed_batch", "position", "has_position", "codec", "replace", "append", "epoch", "partitions")
     TASK_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_BATCH_FIELD_NUMBER: _ClassVar[int]
@@ -365,6 +369,7 @@ class ImportRequest(_message.Message):
     REPLACE_FIELD_NUMBER: _ClassVar[int]
     APPEND_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
     task: TaskId
     entries: _containers.RepeatedCompositeFieldContainer[Entry]
     committed_batch: int
@@ -374,7 +379,8 @@ class ImportRequest(_message.Message):
     replace: bool
     append: bool
     epoch: int
-    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., codec: _Optional[str] = ..., replace: _Optional[bool] = ..., append: _Optional[bool] = ..., epoch: _Optional[int] = ...) -> None: ...
+    partitions: int
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., codec: _Optional[str] = ..., replace: _Optional[bool] = ..., append: _Optional[bool] = ..., epoch: _Optional[int] = ..., partitions: _Optional[int] = ...) -> None: ...
 
 class ImportResponse(_message.Message):
     __slots__ = ("epoch", "size")

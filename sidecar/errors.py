@@ -211,6 +211,26 @@ def partitions_changed(fq: str, recorded: int, declared: int | None) -> SidecarE
     )
 
 
+def import_partitions(fq: str, recorded: int, imported: int | None) -> SidecarError:
+    """An import whose partition count does not fit the component's, or its partition."""
+    ns, comp, part = fq.split("/")
+    if imported == recorded:
+        why = f"partition {part} is outside the {recorded} partitions the export records"
+    else:
+        shown = "no count" if imported is None else f"{imported} partitions"
+        why = (
+            f"the state of {ns}/{comp} in Redis is split into {recorded} partitions, and the "
+            f"import brings {shown}"
+        )
+    return SidecarError(
+        codes.PARTITIONS,
+        f"task {fq}: {why}. Nothing of this task was imported. Operator action: import "
+        f"into an empty component (`taskstate drop {ns}/{comp} --yes` forgets its count), "
+        "or give the count the exported state was split into (`taskstate import FILE "
+        "--partitions N` for an export that lacks it).",
+    )
+
+
 def rescaling(fq: str, to: object) -> SidecarError:
     """An Open while `taskstate rescale` moves the component's keys."""
     ns, comp, _ = fq.split("/")

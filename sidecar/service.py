@@ -153,6 +153,8 @@ def _info(m: TaskMeta) -> pb.TaskInfo:
         updated_at=m.updated_at,
         last_writer=m.last_writer,
         rollbacks=m.rollbacks,
+        partitions=m.partitions or 0,
+        rescaling=m.rescaling,
     )
 
 
@@ -715,6 +717,8 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                 raise _bad(
                     f"task {task.fq}: committed batch {request.committed_batch} is out of range"
                 )
+            if not 0 <= request.partitions <= MAX_PARTITIONS:
+                raise _bad(f"task {task.fq}: partitions {request.partitions} is out of range")
             epoch, size = await self.storage.import_task(
                 task,
                 entries,
@@ -723,6 +727,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                 codec=codec,
                 replace=request.replace,
                 append_epoch=_epoch(request.epoch, task.fq) if request.append else None,
+                partitions=request.partitions or None,
             )
             log.warning(
                 "state imported",

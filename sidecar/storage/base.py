@@ -112,6 +112,10 @@ class TaskMeta:
     updated_at: float = 0.0
     last_writer: str = ""
     rollbacks: int = 0
+    # the component's recorded partition count (the task's own record, else the
+    # component's); None: none recorded
+    partitions: int | None = None
+    rescaling: bool = False  # a rescale holds the task
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,10 +287,15 @@ class Storage(Protocol):
         codec: str,
         replace: bool,
         append_epoch: int | None,
+        partitions: int | None = None,
     ) -> tuple[int, int]:
         """Create (or with `append_epoch`, extend) a task from exported state: (epoch, size).
 
-        ALREADY_EXISTS when the task exists and `replace` is false.
+        ALREADY_EXISTS when the task exists and `replace` is false. `partitions`: the
+        component's count as exported, recorded with the task and for the component
+        (None: the component's recorded count, if any, applies). PARTITIONS when the
+        component has another count, or the task's partition is outside it; nothing is
+        written then.
         """
         ...
 

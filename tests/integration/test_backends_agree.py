@@ -193,6 +193,26 @@ async def _operator_story(store: Any, ns: str) -> list[Any]:
             out.append(("error", exc.code))
     out.append(await imp([("z", b"9")], replace=True))
     out.append(await read(None))
+    # the partition count an import brings: recorded, then checked like an Open's
+    out.append(await imp([("p", b"1")], replace=True, partitions=2))
+    out.append((await store.describe(task)).partitions)
+    other = TaskKey(ns, "c", 1)
+    out.append(await imp([("q", b"1")], partitions=3))  # PARTITIONS: the component has 2
+    args = {"committed_batch": 4, "position": None, "codec": "json", "replace": False,
+            "append_epoch": None}  # fmt: skip
+    for t, count in ((TaskKey(ns, "c", 2), 2), (other, None)):  # outside; the recorded count
+        try:
+            out.append(await store.import_task(t, [("q", b"1")], **args, partitions=count))
+            out.append((await store.describe(t)).partitions)
+        except SidecarError as exc:
+            out.append(exc.code)
+    for part, count in ((0, 3), (1, None), (1, 2)):
+        try:
+            r = await store.open(TaskKey(ns, "c", part), 5, codec="json", writer="w",
+                                 durability=Durability(), partitions=count)  # fmt: skip
+            out.append(("open", r.size))
+        except SidecarError as exc:
+            out.append(("error", exc.code))
     return out
 
 
@@ -208,6 +228,17 @@ def test_operator_paths_agree(redis_server: RedisServer, namespace: str) -> None
             assert got[6] == {"a": b"1", "ab": b"2"}
             assert got[9][0] == "error" and got[10] == ("error", "STATE_AHEAD")
             assert got[11] == ("open", 4, 4, False)
+            assert got[14:] == [
+                (got[14][0], 1),
+                2,
+                "PARTITIONS",
+                "PARTITIONS",
+                (got[18][0], 1),
+                2,
+                ("error", "PARTITIONS"),
+                ("open", 1),
+                ("open", 1),
+            ], got[14:]
         finally:
             await redis_store.close()
 

@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 
-from taskstate.client import LocalContext, StateAheadError, TaskState, TaskStateError, _cache
+from taskstate.client import (
+    LocalContext,
+    PartitionCountError,
+    StateAheadError,
+    TaskState,
+    TaskStateError,
+    _cache,
+)
 from taskstate.sidecar.storage.redis.keys import namespace_key
 from taskstate.testing import RedisServer, SidecarProcess
 
@@ -30,9 +37,27 @@ def cli(*args: str, sidecar: SidecarProcess | None = None, check: int | None = 0
     return r
 
 
-def ts(side: SidecarProcess, ns: str, batch: int, part: int = 0, comp: str = "c") -> TaskState:
+def ts(
+    side: SidecarProcess,
+    ns: str,
+    batch: int,
+    part: int = 0,
+    comp: str = "c",
+    partitions: int | None = None,
+) -> TaskState:
     ctx = LocalContext(part, batch_id=batch)
-    return TaskState(ctx, component=comp, namespace=ns, sidecar=side.target)
+    return TaskState(ctx, component=comp, namespace=ns, sidecar=side.target, partitions=partitions)
+
+
+def refusal(side: SidecarProcess, ns: str, batch: int, part: int, partitions: int | None) -> str:
+    """The PartitionCountError an Open under `partitions` gets (it must get one)."""
+    _cache.sessions.clear()
+    with (
+        pytest.raises(PartitionCountError) as err,
+        ts(side, ns, batch, part, partitions=partitions),
+    ):
+        pass
+    return str(err.value)
 
 
 VALUES: dict[str, Any] = {
@@ -167,6 +192,84 @@ def test_export_drop_import_round_trip(
     cli("import", str(dump), "--replace", sidecar=sidecar)
 
 
+def test_the_round_trip_keeps_the_partition_count_and_its_refusals(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str, tmp_path: Path
+) -> None:
+    """export, drop, import, then the job restarted under another count: refused as before.
+
+    Without the count in the export, the restarted job would open the imported tasks and
+    count its keys in the wrong partitions, silently.
+    """
+    for part in range(2):
+        with ts(sidecar, namespace, 5, part=part, partitions=2) as s:
+            s.update({f"k{part}-{i}": i for i in range(50)})
+    before = snapshot(redis_server, namespace)
+    # the refusals without a round trip: another count, and a partition outside it
+    other_count = refusal(sidecar, namespace, 6, 0, partitions=3)
+    new_partition = refusal(sidecar, namespace, 6, 2, partitions=3)
+    outside = refusal(sidecar, namespace, 6, 2, partitions=None)
+    assert "split into 2 partitions" in other_count and "now declares 3" in other_count
+    assert snapshot(redis_server, namespace) == before
+
+    table = cli("ls", namespace, sidecar=sidecar).stdout.splitlines()
+    assert table[0].split()[:4] == ["TASK", "BATCH", "KEYS", "PARTITIONS"]
+    assert all(row.split()[3] == "2" for row in table[1:]), table
+    assert "partitions:      2" in cli("show", f"{namespace}/c/1", sidecar=sidecar).stdout
+    dump = tmp_path / "export.jsonl"
+    cli("export", namespace, "--out", str(dump), sidecar=sidecar)
+    heads = [json.loads(x) for x in dump.read_text().splitlines() if '"type":"task"' in x]
+    assert [h["partitions"] for h in heads] == [2, 2]
+    cli("drop", namespace, "--yes", sidecar=sidecar)
+    cli("import", str(dump), sidecar=sidecar)
+    imported = snapshot(redis_server, namespace)
+
+    assert refusal(sidecar, namespace, 6, 0, partitions=3) == other_count
+    assert refusal(sidecar, namespace, 6, 2, partitions=3) == new_partition
+    assert refusal(sidecar, namespace, 6, 2, partitions=None) == outside
+    assert snapshot(redis_server, namespace) == imported  # each refusal changed nothing
+    _cache.sessions.clear()
+    with ts(sidecar, namespace, 6, part=1, partitions=2) as s:
+        assert dict(s) == {f"k1-{i}": i for i in range(50)}
+
+
+def test_an_export_without_partition_counts_is_imported_only_with_one_given(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str, tmp_path: Path
+) -> None:
+    for part in range(2):
+        with ts(sidecar, namespace, 5, part=part, partitions=2) as s:
+            s["n"] = part
+    dump = tmp_path / "export.jsonl"
+    cli("export", namespace, "--out", str(dump), sidecar=sidecar)
+    cli("drop", namespace, "--yes", sidecar=sidecar)
+    emptied = snapshot(redis_server, namespace)
+    # an export as taskstate wrote it before it carried the count
+    old = tmp_path / "old.jsonl"
+    lines = [json.loads(x) for x in dump.read_text().splitlines()]
+    for line in lines:
+        line.pop("partitions", None)
+    old.write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+    r = cli("import", str(old), sidecar=sidecar, check=2)
+    assert f"{old}:1: task {namespace}/c/0 has no partition count" in r.stderr
+    assert "--partitions N" in r.stderr and "--partitions none" in r.stderr
+    r = cli("import", str(dump), "--partitions", "3", sidecar=sidecar, check=2)
+    assert "exported with partitions 2, and --partitions says 3" in r.stderr
+    assert snapshot(redis_server, namespace) == emptied  # nothing imported
+
+    cli("import", str(old), "--partitions", "2", sidecar=sidecar)
+    assert "split into 2 partitions" in refusal(sidecar, namespace, 6, 0, partitions=3)
+
+    # a component whose tasks were dropped one by one keeps its recorded count: an import
+    # that brings another one is refused, and writes nothing
+    for part in range(2):
+        cli("drop", f"{namespace}/c/{part}", "--yes", sidecar=sidecar)
+    kept = snapshot(redis_server, namespace)
+    r = cli("import", str(old), "--partitions", "3", sidecar=sidecar, check=1)
+    assert "split into 2 partitions, and the import brings 3 partitions" in r.stderr
+    assert "Nothing of this task was imported" in r.stderr
+    assert snapshot(redis_server, namespace) == kept
+
+
 def test_imported_task_refuses_a_replay_of_its_batch_rather_than_count_twice(
     sidecar: SidecarProcess, namespace: str, tmp_path: Path
 ) -> None:
@@ -189,7 +292,7 @@ def test_show_and_import_refuse_bad_input_clearly(
     assert f"task {namespace}/c/0: no state stored" in r.stderr
     assert "NAMESPACE/COMPONENT/PARTITION" in cli("show", "a/b", sidecar=sidecar, check=2).stderr
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"type": "task", "task": "x/c/0"}\nnot json\n')
+    bad.write_text('{"type": "task", "task": "x/c/0", "partitions": null}\nnot json\n')
     r = cli("import", str(bad), sidecar=sidecar, check=2)
     assert f"{bad}:2: not a JSON line" in r.stderr
     r = cli("adopt", f"{namespace}/c", sidecar=sidecar, check=2)

@@ -370,6 +370,9 @@ class MemoryStorage:
             updated_at=t.updated_at,
             last_writer=t.last_writer,
             rollbacks=t.rollbacks,
+            partitions=t.partitions
+            if t.partitions is not None
+            else self.partition_counts.get((task.namespace, task.component)),
         )
 
     async def list_tasks(self, namespace: str, component: str | None) -> list[TaskMeta]:
@@ -432,16 +435,26 @@ class MemoryStorage:
         codec: str,
         replace: bool,
         append_epoch: int | None,
+        partitions: int | None = None,
     ) -> tuple[int, int]:
-        """Create or extend a task from exported state."""
+        """Create or extend a task from exported state (the partition count as Redis')."""
         t = self.tasks.get(task)
         if append_epoch is not None:
             if t is None or t.epoch != append_epoch:
                 raise errors.fenced(task.fq, t.epoch if t else "none")
             t.ver += 1
         else:
+            component = (task.namespace, task.component)
+            recorded = self.partition_counts.get(component)
+            count = partitions if partitions is not None else recorded
+            if recorded is not None and count != recorded:
+                raise errors.import_partitions(task.fq, recorded, count)
+            if count is not None and task.partition >= count:
+                raise errors.import_partitions(task.fq, count, count)
             if t is not None and not replace:
                 raise errors.already_exists(task.fq)
+            if count is not None:
+                self.partition_counts[component] = count
             t = _Task(
                 epoch=(t.epoch if t else 0) + 1,
                 batch=committed_batch,
@@ -450,6 +463,7 @@ class MemoryStorage:
                 ver=1,
                 updated_at=time.time(),
                 last_writer="taskstate import",
+                partitions=count,
             )
             self.tasks[task] = t
         t.data.update(entries)

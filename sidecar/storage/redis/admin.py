@@ -6,6 +6,7 @@ admin RPCs. `RedisAdmin` is the half of `RedisStorage` (store.py) that holds the
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -74,7 +75,23 @@ class RedisAdmin:
             return await pipe.execute()
 
         m, size = await self._conn.run("describe", call)
-        return self._meta(task, m, int(size))
+        found = self._meta(task, m, int(size))
+        if found.exists and found.partitions is None:
+            counts = await self._recorded_counts(task.namespace)
+            found = dataclasses.replace(found, partitions=counts.get(task.component))
+        return found
+
+    async def _recorded_counts(self, namespace: str) -> dict[str, int]:
+        """The partition counts the namespace's record holds, by component."""
+        client = self._conn.client
+        record = namespace_key(namespace)
+        raw = await self._conn.run("describe", lambda: client.hgetall(record))
+        counts = {}
+        for name, value in raw.items():
+            field = text(name)
+            if field.startswith("partitions/") and text(value).isdigit():
+                counts[field.partition("/")[2]] = int(text(value))
+        return counts
 
     @staticmethod
     def _meta(task: TaskKey, m: dict[bytes, bytes], size: int) -> TaskMeta:
@@ -87,6 +104,7 @@ class RedisAdmin:
             except ValueError:
                 return -1
 
+        parts = text(m.get(b"partitions"))
         return TaskMeta(
             task=task,
             exists=True,
@@ -100,6 +118,8 @@ class RedisAdmin:
             updated_at=float(text(m.get(b"updated_at")) or 0.0),
             last_writer=text(m.get(b"last_writer")),
             rollbacks=num("rollbacks"),
+            partitions=int(parts) if parts.isdigit() else None,
+            rescaling=b"rescale" in m,
         )
 
     async def _index(self, task: TaskKey) -> None:
@@ -265,10 +285,13 @@ class RedisAdmin:
         codec: str,
         replace: bool,
         append_epoch: int | None,
+        partitions: int | None = None,
     ) -> tuple[int, int]:
         """Create or extend a task from exported state; see base.Storage.import_task."""
         keys = task_keys(task)
         mode = "append" if append_epoch is not None else "replace" if replace else "create"
+        if append_epoch is None:
+            partitions = await self._import_count(task, partitions)
         args: list[Any] = [
             mode,
             str(append_epoch or 0),
@@ -277,6 +300,7 @@ class RedisAdmin:
             codec,
             uuid.uuid4().hex,
             f"{time.time():.3f}",
+            "" if partitions is None else str(partitions),
             *chain.from_iterable(entries),
         ]
 
@@ -298,7 +322,39 @@ class RedisAdmin:
                 ) from None
             raise
         await self._index(task)
+        if partitions is not None and append_epoch is None:
+            await self._record_import_count(task, partitions)
         return int(r[0]), int(r[1])
+
+    async def _import_count(self, task: TaskKey, partitions: int | None) -> int | None:
+        """The count an imported task records: the file's, checked against the component's.
+
+        The component's recorded count applies where the file has none; a file with another
+        count is refused (PARTITIONS) before anything is written.
+        """
+        recorded = await self._recorded(task.namespace, task.component)
+        count = partitions if partitions is not None else recorded
+        if recorded is not None and count != recorded:
+            raise errors.import_partitions(task.fq, recorded, count)
+        if count is not None and task.partition >= count:
+            raise errors.import_partitions(task.fq, count, count)
+        return count
+
+    async def _record_import_count(self, task: TaskKey, count: int) -> None:
+        """Record an imported task's count for its component, once the task is written."""
+        record, field_ = namespace_key(task.namespace), component_fields(task.component)[0]
+        client = self._conn.client
+        await self._conn.run("import", lambda: client.hsetnx(record, field_, count))
+        now = await self._recorded(task.namespace, task.component)
+        if now != count:  # another import or Open recorded another count meanwhile
+            raise errors.import_partitions(task.fq, now or 0, count)
+
+    async def _recorded(self, namespace: str, component: str) -> int | None:
+        """The component's partition count in the namespace's record (None: none)."""
+        record, field_ = namespace_key(namespace), component_fields(component)[0]
+        client = self._conn.client
+        raw = await self._conn.run("index", lambda: client.hget(record, field_))
+        return int(text(raw)) if raw else None
 
     async def namespaces(self) -> list[str]:
         """Every namespace with an index set (SCAN on every primary)."""

@@ -88,6 +88,9 @@ class RedisRescale:
     async def _members(self, namespace: str, component: str | None) -> list[TaskKey]:
         raise NotImplementedError  # admin.RedisAdmin
 
+    async def _recorded(self, namespace: str, component: str) -> int | None:
+        raise NotImplementedError  # admin.RedisAdmin
+
     async def rescale(
         self, namespace: str, component: str, to: int, key_type: str, quiet_s: float
     ) -> AsyncIterator[RescaleProgress]:
@@ -386,11 +389,6 @@ class RedisRescale:
         record, blob = namespace_key(namespace), json.dumps(asdict(plan))
         field_ = component_fields(component)[1]
         await self._conn.run("rescale", lambda: self._conn.client.hset(record, field_, blob))
-
-    async def _recorded(self, namespace: str, component: str) -> int | None:
-        record, field_ = namespace_key(namespace), component_fields(component)[0]
-        raw = await self._conn.run("rescale", lambda: self._conn.client.hget(record, field_))
-        return int(text(raw)) if raw else None
 
 
 def _staging(task: TaskKey) -> tuple[str, str]:

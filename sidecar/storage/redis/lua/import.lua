@@ -3,7 +3,8 @@
 -- KEYS: 1 meta, 2 data, 3 undo, 4 log
 -- ARGV: 1 mode ('create' | 'replace' | 'append'), 2 epoch (append), 3 committed batch,
 --       4 position ('+' .. bytes, or '' for none), 5 codec, 6 generation id, 7 now,
---       then key/value pairs
+--       8 the partition count to record ('' none; the sidecar checked it against the
+--       component's), then key/value pairs
 -- A created task has no rollback record: a replay of its committed batch is refused by
 -- Open (TSNOUNDO) rather than counted twice. Its epoch is one above any earlier claim,
 -- so an attempt still holding the old task is fenced off; `append` requests must carry
@@ -35,9 +36,12 @@ else
   if ARGV[4] ~= '' then
     redis.call('HSET', meta, 'pos', string.sub(ARGV[4], 2))
   end
+  if ARGV[8] ~= '' then
+    redis.call('HSET', meta, 'partitions', ARGV[8])
+  end
 end
 local CH = 2000
-local i = 8
+local i = 9
 while i <= #ARGV do
   local stop = math.min(i + 2 * CH, #ARGV + 1) - 1
   redis.call('HSET', data, unpack(ARGV, i, stop))
