@@ -225,6 +225,9 @@ def test_an_interrupted_rescale_holds_the_component_and_the_next_run_finishes_it
         assert f"`taskstate rescale {namespace}/c --to 8` is moving" in message
     other = rescale(sidecar, namespace, 5, check=False)
     assert other.returncode == 1 and "--to 8" in other.stderr
+    held = cli(sidecar, "export", namespace, check=False)  # its state is half moved
+    assert held.returncode == 2 and "a `taskstate rescale` holds its tasks" in held.stderr
+    assert held.stdout == ""
     done = rescale(sidecar, namespace, 8)
     assert "finishing the rescale to 8 that an earlier run began" in done.stderr
     assert_placed(redis_server, namespace, 8, totals(range(3)))
