@@ -35,18 +35,18 @@ import grpc
 import orjson
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from taskstate.client._config import DEFAULT_SIDECAR, ENV_SIDECAR, DurabilitySpec, grpc_target
+from taskstate.client._config import DEFAULT_SIDECAR, ENV_SIDECAR, grpc_target
 from taskstate.client._errors import (
     ConfigError,
     StateChangedError,
     TaskStateError,
 )
 from taskstate.client._security import SidecarSecurity
-from taskstate.client._session import DURABILITY
 from taskstate.client._transport import translate
 from taskstate.proto import ids
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
+from taskstate.proto.durability import Durability
 
 from .edits import add_arguments as edit_arguments
 from .edits import cmd_edit
@@ -491,7 +491,10 @@ def cmd_adopt(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
 
 def cmd_doctor(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
     """`taskstate doctor`: sidecar, Redis, persistence; exit 1 when a check fails."""
-    durability = DurabilitySpec.parse(a.durability)
+    try:
+        durability = Durability.parse(a.durability)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     checks: list[dict[str, Any]] = []
     report: dict[str, Any] = {"sidecar": admin.sidecar}
     try:
@@ -508,9 +511,8 @@ def cmd_doctor(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
                        "--sidecar / set TASKSTATE_SIDECAR to where it listens."})  # fmt: skip
     if checks[0]["ok"]:
         try:
-            r = admin.call("Doctor", pb.DoctorRequest(
-                durability=DURABILITY[(durability.replicas > 0, durability.fsynced)],
-                replicas=durability.replicas))  # fmt: skip
+            kind, replicas = durability.to_wire()
+            r = admin.call("Doctor", pb.DoctorRequest(durability=kind, replicas=replicas))
             report.update({"redis_url": r.redis_url, "topology": r.topology, "servers": [
                 {"address": s.address, "role": s.role, "version": s.version, "aof": s.aof_enabled,
                  "appendfsync": s.appendfsync, "replicas": s.connected_replicas}

@@ -11,7 +11,7 @@ from taskstate.proto import taskstate_pb2 as pb
 
 from ._config import TaskStateConfig
 from ._errors import LimitError
-from ._session import DURABILITY, Session
+from ._session import Session
 from ._transport import GrpcTransport
 from ._wire import ENTRY_OVERHEAD, REQUEST_HEADROOM, pieces
 
@@ -45,7 +45,7 @@ def send(
             "TASKSTATE_MAX_MESSAGE_BYTES and the sidecar's --max-message-bytes together.",
             task_id,
         )
-    durability = DURABILITY[(c.durability.replicas > 0, c.durability.fsynced)]
+    durability, replicas = c.durability.to_wire()
     try:
         for i, piece in enumerate(parts):
             last = i == len(parts) - 1
@@ -53,7 +53,7 @@ def send(
                 task=task,
                 epoch=session.epoch,
                 durability=durability,
-                replicas=c.durability.replicas,
+                replicas=replicas,
                 writer=writer,
                 **piece,
             )

@@ -7,6 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from taskstate.proto import ids
+from taskstate.proto.durability import Durability
 
 from ._context import NAMESPACE_PROPERTY, SIDECAR_PROPERTY
 from ._errors import ConfigError
@@ -30,41 +31,8 @@ MODES = ("mirror", "remote")
 CODECS = ("json",)
 
 
-@dataclass(frozen=True, slots=True)
-class DurabilitySpec:
-    """Parsed durability: `applied`, `replicated:N`, `fsynced`, or `replicated:N,fsynced`."""
-
-    replicas: int = 0
-    fsynced: bool = False
-
-    @classmethod
-    def parse(cls, text: str) -> DurabilitySpec:
-        """Parse the user's durability string; ConfigError on anything else."""
-        if not isinstance(text, str):
-            raise ConfigError(f"durability must be a string, got {type(text).__name__}")
-        replicas, fsynced = 0, False
-        for part in text.replace("+", ",").split(","):
-            part = part.strip()
-            if part == "applied" and text.strip() == "applied":
-                continue
-            if part == "fsynced":
-                fsynced = True
-            elif part.startswith("replicated:") and part[len("replicated:") :].isdigit():
-                replicas = int(part[len("replicated:") :])
-                if not 1 <= replicas <= 100:
-                    raise ConfigError(f"durability {text!r}: replicas must be 1..100")
-            else:
-                raise ConfigError(
-                    f"durability {text!r} is not understood: use 'applied', 'replicated:N', "
-                    "'fsynced' or 'replicated:N,fsynced'"
-                )
-        return cls(replicas, fsynced)
-
-    def __str__(self) -> str:
-        parts = ([f"replicated:{self.replicas}"] if self.replicas else []) + (
-            ["fsynced"] if self.fsynced else []
-        )
-        return ",".join(parts) or "applied"
+# The public name of a durability level (taskstate.proto.durability: its one spelling).
+DurabilitySpec = Durability
 
 
 def _float_env(env: Mapping[str, str], name: str, default: float) -> float:
@@ -156,7 +124,7 @@ class TaskStateConfig:
     component: str
     sidecar: str
     mode: str = "mirror"
-    durability: DurabilitySpec = DurabilitySpec()
+    durability: Durability = Durability()
     codec: str = "json"
     timeout_s: float = 30.0
     retry_deadline_s: float = 30.0
@@ -223,7 +191,7 @@ class TaskStateConfig:
             component=component,
             sidecar=target,
             mode=mode,
-            durability=DurabilitySpec.parse(durability),
+            durability=_durability(durability, f"{ns}/{component}"),
             codec=codec,
             timeout_s=_float_env(env, ENV_TIMEOUT, 30.0),
             retry_deadline_s=_float_env(env, ENV_RETRY_DEADLINE, 30.0),
@@ -234,6 +202,13 @@ class TaskStateConfig:
             security=SidecarSecurity.from_env(env),
             partitions=_partitions(partitions, f"{ns}/{component}"),
         )
+
+
+def _durability(text: str, where: str) -> Durability:
+    try:
+        return Durability.parse(text)
+    except ValueError as exc:
+        raise ConfigError(f"{exc} (task {where})") from None
 
 
 def _partitions(value: int | None, where: str) -> int | None:

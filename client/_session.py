@@ -25,13 +25,6 @@ from ._reads import note_restore
 from ._transport import GrpcTransport
 from ._wire import decode_chunk, unpack_keys
 
-DURABILITY = {
-    (False, False): pb.DURABILITY_APPLIED,
-    (True, False): pb.DURABILITY_REPLICATED,
-    (False, True): pb.DURABILITY_FSYNCED,
-    (True, True): pb.DURABILITY_REPLICATED_FSYNCED,
-}
-
 
 @dataclass(frozen=True, slots=True)
 class OpenInfo:
@@ -136,12 +129,13 @@ class Claims:
     def open(self, prior: Session | None) -> Session:
         """Open the task for this attempt; in mirror mode, bring its state here."""
         c = self.config
+        durability, replicas = c.durability.to_wire()
         req = pb.OpenRequest(
             task=self.pb_task(),
             writer=self.writer(),
             codec=c.codec,
-            durability=DURABILITY[(c.durability.replicas > 0, c.durability.fsynced)],
-            replicas=c.durability.replicas,
+            durability=durability,
+            replicas=replicas,
             attempt_id=self.ident.attempt_id,
             partitions=c.partitions or 0,
         )

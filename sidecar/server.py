@@ -17,12 +17,14 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 from redis.exceptions import RedisError
 
+from taskstate.proto.durability import Durability
+
 from . import metrics
 from .auth import Authorizer
 from .flush import DEFAULT_FLUSH_TIMEOUT_S, BarrierServer, FlushCoordinator
 from .retry import RetryPolicy, is_permanent_connection_error
 from .service import SERVICE_NAME, Limits, TaskStateServicer, add_to_server
-from .storage.base import Durability, Storage
+from .storage.base import Storage
 from .storage.connect import RedisSettings, RedisUrlError, redact
 from .storage.redis.safety import EVICTION, PERSISTENCE
 from .storage.redis.store import RedisStorage

@@ -22,6 +22,7 @@ from grpc import aio
 from taskstate.proto import codes, ids
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
+from taskstate.proto.durability import Durability
 
 from . import metrics
 from .auth import Authorizer, Grant, visible
@@ -29,7 +30,7 @@ from .errors import SidecarError
 from .flush import FlushCoordinator
 from .logs import REQUEST
 from .restore import DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS, entries_chunk, pieces, stream_restore
-from .storage.base import Durability, Storage, TaskKey, TaskMeta
+from .storage.base import Storage, TaskKey, TaskMeta
 
 log = logging.getLogger("taskstate.sidecar")
 T = TypeVar("T")
@@ -118,19 +119,10 @@ def _epoch(epoch: int, fq: str) -> int:
 
 
 def _durability(kind: int, replicas: int, fq: str) -> Durability:
-    if replicas < 0 or replicas > 100:
-        raise _bad(f"task {fq}: replicas {replicas} is out of range 0..100")
-    if kind in (pb.DURABILITY_UNSPECIFIED, pb.DURABILITY_APPLIED):
-        return Durability()
-    if kind == pb.DURABILITY_REPLICATED:
-        if replicas < 1:
-            raise _bad(f"task {fq}: durability replicated needs replicas >= 1")
-        return Durability(replicas=replicas)
-    if kind == pb.DURABILITY_FSYNCED:
-        return Durability(fsynced=True)
-    if kind == pb.DURABILITY_REPLICATED_FSYNCED:
-        return Durability(replicas=max(replicas, 1), fsynced=True)
-    raise _bad(f"task {fq}: unknown durability {kind}")
+    try:
+        return Durability.from_wire(kind, replicas)
+    except ValueError as exc:
+        raise _bad(f"task {fq}: {exc}") from None
 
 
 def _writer(w: pb.Writer) -> str:

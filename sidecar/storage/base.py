@@ -24,6 +24,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from taskstate.proto.durability import Durability
+
 LAYOUT_VERSION = 1
 
 
@@ -39,23 +41,6 @@ class TaskKey:
     def fq(self) -> str:
         """`namespace/component/partition`."""
         return f"{self.namespace}/{self.component}/{self.partition}"
-
-
-@dataclass(frozen=True, slots=True)
-class Durability:
-    """How far a commit must have travelled before it is acknowledged."""
-
-    replicas: int = 0
-    fsynced: bool = False
-
-    def describe(self) -> str:
-        """Human-readable form, as the user wrote it."""
-        parts = []
-        if self.replicas:
-            parts.append(f"replicated:{self.replicas}")
-        if self.fsynced:
-            parts.append("fsynced")
-        return ",".join(parts) or "applied"
 
 
 @dataclass(frozen=True, slots=True)

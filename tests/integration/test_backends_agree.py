@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from taskstate.proto.durability import Durability
 from taskstate.sidecar.errors import SidecarError
-from taskstate.sidecar.storage.base import Durability, TaskKey
+from taskstate.sidecar.storage.base import TaskKey
 from taskstate.sidecar.storage.memory.store import MemoryStorage
 from taskstate.sidecar.storage.redis.keys import task_keys
 from taskstate.sidecar.storage.redis.store import RedisStorage

@@ -93,8 +93,10 @@ def test_durability_parse(text: str, replicas: int, fsynced: bool) -> None:
 
 @pytest.mark.parametrize("bad", ["", "fast", "replicated:", "replicated:0", "applied,fsynced"])
 def test_durability_bad(bad: str) -> None:
-    with pytest.raises(ConfigError, match="durability"):
+    with pytest.raises(ValueError, match="durability"):
         DurabilitySpec.parse(bad)
+    with pytest.raises(ConfigError, match="durability"):
+        TaskStateConfig.resolve(component="c", namespace="n", durability=bad, env={})
 
 
 def test_bad_mode_and_codec() -> None:

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from taskstate.proto import taskstate_pb2 as pb
+from taskstate.proto.durability import Durability
 from taskstate.sidecar import metrics, restore
-from taskstate.sidecar.storage.base import Durability, TaskKey
+from taskstate.sidecar.storage.base import TaskKey
 from taskstate.sidecar.storage.memory.store import MemoryStorage
 
 

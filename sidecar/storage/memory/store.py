@@ -12,6 +12,8 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
+from taskstate.proto.durability import Durability
+
 from ... import errors
 from ..base import (
     LOG_FRACTION,
@@ -20,7 +22,6 @@ from ..base import (
     CommitResult,
     Delta,
     DoctorReport,
-    Durability,
     OpenResult,
     RescaleProgress,
     ServerReport,
@@ -480,7 +481,7 @@ class MemoryStorage:
         return DoctorReport(
             topology="memory",
             servers=[ServerReport("memory", "master", "-", False, "-", 0)],
-            checks=[Check(f"durability {durability.describe()}", ok, detail)],
+            checks=[Check(f"durability {durability}", ok, detail)],
         )
 
     async def ping(self) -> None:

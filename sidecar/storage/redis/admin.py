@@ -16,10 +16,11 @@ from typing import Any
 import redis.exceptions as rex
 
 from taskstate.proto import codes
+from taskstate.proto.durability import Durability
 
 from ... import errors
 from ...errors import SidecarError
-from ..base import LAYOUT_VERSION, Check, DoctorReport, Durability, ServerReport, TaskKey, TaskMeta
+from ..base import LAYOUT_VERSION, Check, DoctorReport, ServerReport, TaskKey, TaskMeta
 from ..connect import RedisSettings, redact
 from .durability import DurabilityWaits, text
 from .keys import (

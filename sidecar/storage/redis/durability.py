@@ -13,9 +13,10 @@ from typing import Any
 import redis.exceptions as rex
 
 from taskstate.proto import codes
+from taskstate.proto.durability import Durability
 
 from ...errors import SidecarError
-from ..base import Check, Durability, ServerReport, TaskKey
+from ..base import Check, ServerReport, TaskKey
 from .routing import Connection
 
 
@@ -104,14 +105,14 @@ class DurabilityWaits:
         return SidecarError(
             codes.DURABILITY,
             f"task {task.fq}: the commit was applied by Redis but did not reach durability "
-            f"{durability.describe()!r} within {self.timeout_ms} ms ({got}). "
+            f"'{durability}' within {self.timeout_ms} ms ({got}). "
             "Treat the batch as failed: Spark retries it and the replay is rolled back first. "
             "Operator action: check the replicas / persistence of Redis.",
         )
 
     async def doctor_check(self, durability: Durability, servers: list[ServerReport]) -> Check:
         """Whether `durability` can hold on these servers (for `taskstate doctor`)."""
-        name = f"durability {durability.describe()}"
+        name = f"durability {durability}"
         problems = []
         if durability.replicas:
             short = [s for s in servers if s.connected_replicas < durability.replicas]

@@ -19,11 +19,12 @@ import msgpack
 import redis.exceptions as rex
 
 from taskstate.proto import codes
+from taskstate.proto.durability import Durability
 
 from ... import errors
 from ...errors import SidecarError
 from ...retry import RetryPolicy
-from ..base import CommitResult, Delta, Durability, OpenResult, TaskKey
+from ..base import CommitResult, Delta, OpenResult, TaskKey
 from ..connect import RedisSettings
 from .admin import RedisAdmin
 from .durability import DurabilityWaits, text
