@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from taskstate.proto import taskstate_pb2 as pb
+from taskstate.proto.versions import Version, same_generation
 
 from ._codec import JsonCodec
 from ._config import TaskStateConfig
@@ -179,7 +180,9 @@ class Claims:
         if c.mode == "mirror" and session.data is None:
             if r.size == 0:
                 session.data = {}  # nothing stored: no Restore round trip
-            elif held is not None and prior is not None and same_generation(prior, r.version):
+            elif (
+                held is not None and prior is not None and same_generation(prior.version, r.version)
+            ):
                 self.restore(session, since=prior)  # only what changed since
             else:
                 self.load(session)
@@ -320,17 +323,9 @@ RECENT = 4
 
 def _commits(held: Session, now: Session) -> int:
     """How many versions `now` is past `held` (of one generation; else a large number)."""
-    gen, _, a = held.version.rpartition(":")
-    gen2, _, b = now.version.rpartition(":")
-    if gen != gen2 or not a.isdigit() or not b.isdigit():
-        return 1 << 30
-    return int(b) - int(a)
-
-
-def same_generation(held: Session, version: str) -> bool:
-    """Whether `held`'s version is of the same generation as `version` (gen:counter)."""
-    gen = held.version.partition(":")[0]
-    return bool(gen) and gen == version.partition(":")[0]
+    a, b = Version.parse(held.version), Version.parse(now.version)
+    n = b.commits_since(a) if a is not None and b is not None else None
+    return 1 << 30 if n is None else n
 
 
 @functools.cache

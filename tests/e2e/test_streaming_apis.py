@@ -18,6 +18,7 @@ import pytest
 import redis
 
 from taskstate.client._session import RECENT
+from taskstate.proto.versions import Version
 from taskstate.sidecar.storage.redis.keys import meta_key
 from taskstate.spark_plugin.example import Runner, build_parser
 from taskstate.spark_plugin.faults import sidecars_of
@@ -157,9 +158,10 @@ def test_query_killed_and_restarted_from_checkpoint_equals_golden(
 
 def _commits(held: str, now: str) -> int:
     """Versions from `held` to `now` (gen:counter), or -1 across generations."""
-    g1, _, a = held.rpartition(":")
-    g2, _, b = now.rpartition(":")
-    return int(b) - int(a) if g1 == g2 else -1
+    a, b = Version.parse(held), Version.parse(now)
+    assert a is not None and b is not None, (held, now)
+    n = b.commits_since(a)
+    return -1 if n is None else n
 
 
 def test_tasks_moved_between_workers_got_only_what_changed_or_a_recent_copy_whole(

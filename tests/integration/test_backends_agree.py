@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from taskstate.proto.durability import Durability
+from taskstate.proto.versions import Version, token
 from taskstate.sidecar.errors import SidecarError
 from taskstate.sidecar.storage.base import TaskKey
 from taskstate.sidecar.storage.memory.store import MemoryStorage
@@ -64,14 +65,17 @@ async def _step(store: Any, task: TaskKey, op: tuple[Any, ...]) -> Any:
             return ("get", await store.get(task, op[1], KEYS))
         if op[0] == "changes":
             _, epoch, back = op
-            gen, _, ver = (await store.version(task)).partition(":")
-            since = max(0, int(ver) - back)
-            d = await store.changes_since(task, epoch, f"{gen}:{since}", 1000)
+            now = Version.parse(await store.version(task))
+            assert now is not None
+            since = max(0, now.counter - back)
+            d = await store.changes_since(task, epoch, token(now.gen, since), 1000)
             if d is None:
                 return ("changes", since, None)
             ups = sorted((k if isinstance(k, str) else k.decode(), v) for k, v in d.upserts)
             dels = sorted(k if isinstance(k, str) else k.decode() for k in d.deletes)
-            return ("changes", since, d.version.partition(":")[2], ups, dels)
+            got = Version.parse(d.version)
+            assert got is not None
+            return ("changes", since, got.counter, ups, dels)
     except SidecarError as exc:
         return ("error", exc.code)
     raise AssertionError(op)

@@ -14,6 +14,7 @@ import pytest
 from taskstate.client import LocalContext
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
+from taskstate.proto.versions import Version, token
 from taskstate.sidecar.storage.base import LOG_MIN
 from taskstate.sidecar.storage.redis.keys import meta_key, task_key
 from taskstate.testing import RedisServer, SidecarProcess
@@ -148,7 +149,9 @@ def test_a_delta_restore_is_fenced_like_a_full_one(
     stub = _channel(metered_sidecar)
     task = pb.TaskId(namespace=namespace, component="c", partition=0)
     meta = stub.Describe(pb.DescribeRequest(task=task))
-    since = meta.version.rpartition(":")[0] + ":1"
+    held = Version.parse(meta.version)
+    assert held is not None
+    since = token(held.gen, 1)
     with pytest.raises(grpc.RpcError) as err:
         list(stub.Restore(pb.RestoreRequest(task=task, epoch=1, since_version=since)))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION

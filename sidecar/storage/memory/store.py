@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from taskstate.proto.durability import Durability
+from taskstate.proto.versions import Version, token
 
 from ... import errors
 from ..base import (
@@ -74,7 +75,7 @@ class _Task:
 
     @property
     def version(self) -> str:
-        return f"{self.gen}:{self.ver}"
+        return token(self.gen, self.ver)
 
 
 def _log(t: _Task, keys: list[str]) -> None:
@@ -326,10 +327,10 @@ class MemoryStorage:
         t = self.tasks.get(task)
         self._fenced(task, t, epoch)
         assert t is not None  # noqa: S101 - checked by _fenced
-        gen, _, counter = since.partition(":")
-        if gen != t.gen or not counter.isdigit() or t.log_ver != t.ver:
+        held = Version.parse(since)
+        if held is None or held.gen != t.gen or t.log_ver != t.ver:
             return None
-        v = int(counter)
+        v = held.counter
         if not t.log_floor <= v <= t.ver:
             return None
         named = [k for at in range(v + 1, t.ver + 1) for k in t.log.get(at, [])]

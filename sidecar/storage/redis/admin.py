@@ -17,6 +17,7 @@ import redis.exceptions as rex
 
 from taskstate.proto import codes
 from taskstate.proto.durability import Durability
+from taskstate.proto.versions import token
 
 from ... import errors
 from ...errors import SidecarError
@@ -63,7 +64,7 @@ class RedisAdmin:
         meta = task_keys(task)[0]
         client = self._conn.client
         gen, ver = await self._conn.run("version", lambda: client.hmget(meta, "gen", "ver"))
-        return f"{text(gen)}:{text(ver)}"
+        return token(text(gen), text(ver))
 
     async def describe(self, task: TaskKey) -> TaskMeta:
         """The task's metadata."""
@@ -113,7 +114,7 @@ class RedisAdmin:
             epoch=num("epoch"),
             position=m.get(b"pos"),
             size=size,
-            version=f"{text(m.get(b'gen'))}:{text(m.get(b'ver'))}",
+            version=token(text(m.get(b"gen")), text(m.get(b"ver"))),
             codec=text(m.get(b"codec")),
             layout=num("layout", str(LAYOUT_VERSION)),
             updated_at=float(text(m.get(b"updated_at")) or 0.0),

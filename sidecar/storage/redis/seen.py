@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from taskstate.proto.versions import Version, token
+
 from ..base import TaskKey
 
 LIMIT = 50_000
@@ -34,7 +36,7 @@ class Seen:
     @property
     def version(self) -> str:
         """gen:counter, as the scripts spell it."""
-        return f"{self.gen}:{self.ver}"
+        return token(self.gen, self.ver)
 
 
 class SeenVersions:
@@ -50,10 +52,10 @@ class SeenVersions:
 
     def note(self, task: TaskKey, version: str, batch: int | None) -> None:
         """Remember `version` (gen:counter) unless a later one of its generation is known."""
-        gen, _, counter = version.rpartition(":")
-        if not gen or not counter.isdigit():
+        parsed = Version.parse(version)
+        if parsed is None:
             return
-        ver = int(counter)
+        gen, ver = parsed.gen, parsed.counter
         held = self._tasks.get(task)
         if held is not None and held.gen == gen and held.ver > ver:
             self._tasks.move_to_end(task)  # an answer that overtook a later one

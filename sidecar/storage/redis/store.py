@@ -20,6 +20,7 @@ import redis.exceptions as rex
 
 from taskstate.proto import codes
 from taskstate.proto.durability import Durability
+from taskstate.proto.versions import Version
 
 from ... import errors
 from ...errors import SidecarError
@@ -279,11 +280,11 @@ class RedisStorage(RedisAdmin, RedisRescale):
         values in pages, each checking that the state is still at the version the keys
         were named for (else None: the caller restores in full).
         """
-        gen, _, counter = since.partition(":")
-        if not gen or not counter.isdigit():
+        held = Version.parse(since)
+        if held is None:
             return None
         meta, _, _, log = task_keys(task)
-        args = [str(epoch), counter, gen, str(max_keys)]
+        args = [str(epoch), str(held.counter), held.gen, str(max_keys)]
 
         async def names() -> Any:
             return await self._conn.evalsha("changes", (meta, log), args)
@@ -300,7 +301,8 @@ class RedisStorage(RedisAdmin, RedisRescale):
             keys.update(dict.fromkeys(unpack_keys(blob)))
         changed = list(keys)
         try:
-            at = version.rpartition(":")[2]
+            now = Version.parse(version)
+            at = "" if now is None else str(now.counter)
             values = await self._values(task, epoch, changed, at) if changed else []
         except _StateMovedError:
             return None  # a commit landed since the keys were named
