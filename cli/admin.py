@@ -102,7 +102,7 @@ class Admin:
 
     def read(self, task: pb.TaskId, pattern: str) -> tuple[dict[str, bytes], str]:
         """The committed state (one version), retried while commits land mid-read."""
-        fq = f"{task.namespace}/{task.component}/{task.partition}"
+        fq = ids.fq_task_id(task.namespace, task.component, task.partition)
         for attempt in range(READ_ATTEMPTS):
             out: dict[str, bytes] = {}
             version = ""
@@ -178,7 +178,7 @@ def _info_dict(t: pb.TaskInfo) -> dict[str, Any]:
     if t.has_position:
         position = _decode(t.position)[1]
     return {
-        "task": f"{t.task.namespace}/{t.task.component}/{t.task.partition}",
+        "task": ids.fq_task_id(t.task.namespace, t.task.component, t.task.partition),
         "exists": t.exists,
         "committed_batch": t.committed_batch,
         "epoch": t.epoch,
@@ -307,7 +307,7 @@ def cmd_export(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
     keys = 0
     try:
         for i, t in enumerate(tasks, 1):
-            fq = f"{t.task.namespace}/{t.task.component}/{t.task.partition}"
+            fq = ids.fq_task_id(t.task.namespace, t.task.component, t.task.partition)
             data, version = admin.read(t.task, "")
             head = {"type": "task", **_info_dict(t), "version": version, "keys": len(data)}
             target.write(orjson.dumps(head).decode() + "\n")

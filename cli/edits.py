@@ -18,6 +18,7 @@ import orjson
 
 from taskstate.client._codec import CODECS
 from taskstate.proto import taskstate_pb2 as pb
+from taskstate.proto.ids import fq_task_id
 
 if TYPE_CHECKING:
     from .admin import Admin
@@ -48,7 +49,7 @@ def cmd_edit(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
         out.write(f"{ns}/{comp}: {a.key!r} erased from {r.tasks} task(s); {r.had_key} had it\n")
         return 0
     task = _task_id(a.task)
-    fq = f"{task.namespace}/{task.component}/{task.partition}"
+    fq = fq_task_id(task.namespace, task.component, task.partition)
     req = pb.EditRequest(namespace=task.namespace, component=task.component,
                          partition=task.partition, key=a.key, codec="json")  # fmt: skip
     if a.command == "del":

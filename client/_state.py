@@ -27,6 +27,7 @@ from typing import Any, Literal
 import orjson
 
 from taskstate.proto import taskstate_pb2 as pb
+from taskstate.proto.ids import fq_task_id
 
 from ._buffer import buffer, worker_outlives_its_runner
 from ._cache import remember, sessions
@@ -110,7 +111,7 @@ class TaskState(MutableMapping[str, Any]):
             partitions=partitions,
         )
         c = self.config
-        self.task_id = f"{c.namespace}/{c.component}/{self._ident.partition}"
+        self.task_id = fq_task_id(c.namespace, c.component, self._ident.partition)
         if c.partitions is not None and self._ident.partition >= c.partitions:
             raise ConfigError(
                 f"task {self.task_id}: partition {self._ident.partition} is outside the "

@@ -155,7 +155,7 @@ def _naming_task(exc: SidecarError, request: Any) -> SidecarError:
     task = getattr(request, "task", None)
     if task is None or exc.message.startswith("task "):
         return exc
-    fq = f"{task.namespace}/{task.component}/{task.partition}"
+    fq = ids.fq_task_id(task.namespace, task.component, task.partition)
     return SidecarError(exc.code, f"task {fq}: {exc.message}")
 
 
@@ -224,7 +224,7 @@ def _request_fields(request: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     t = getattr(request, "task", None)
     if t is not None and t.namespace:
-        out["task"] = f"{t.namespace}/{t.component}/{t.partition}"
+        out["task"] = ids.fq_task_id(t.namespace, t.component, t.partition)
     elif _namespace_of(request):
         out["namespace"] = request.namespace
     if request is not None and "batch" in request.DESCRIPTOR.fields_by_name:

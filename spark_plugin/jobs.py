@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from taskstate.proto.ids import fq_task_id
 from taskstate.sidecar.storage.redis.keys import data_key
 
 from .faults import maybe_fault, maybe_group_fault, parse_group_faults
@@ -155,7 +156,7 @@ class JobOptions:
             return _PLAIN.setdefault((self.namespace, part), {})
         from taskstate.client import TaskState
 
-        held = _held_version(f"{self.namespace}/{COMPONENT}/{part}")
+        held = _held_version(fq_task_id(self.namespace, COMPONENT, part))
         s = TaskState(
             ctx,
             component=COMPONENT,
@@ -323,7 +324,7 @@ def processor_class(opts: JobOptions, pandas: bool) -> Any:
                 held = None
                 if _in_task():
                     _, _, part = task_info()
-                    held = _held_version(f"{opts.namespace}/{COMPONENT}/{part}")
+                    held = _held_version(fq_task_id(opts.namespace, COMPONENT, part))
                 super().init(handle)
                 record_open(opts, self.state, held)
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from taskstate.proto.durability import Durability
+from taskstate.proto.ids import fq_task_id
 
 LAYOUT_VERSION = 1
 
@@ -40,7 +41,7 @@ class TaskKey:
     @property
     def fq(self) -> str:
         """`namespace/component/partition`."""
-        return f"{self.namespace}/{self.component}/{self.partition}"
+        return fq_task_id(self.namespace, self.component, self.partition)
 
 
 @dataclass(frozen=True, slots=True)

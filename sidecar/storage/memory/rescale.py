@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from taskstate.proto import codes
+from taskstate.proto.ids import fq_task_id
 
 from ... import errors
 from ...errors import SidecarError
@@ -72,7 +73,7 @@ async def rescale(
                 partition_of(key, to, key_type)
             except ValueError as exc:
                 raise errors.bad_argument(
-                    f"{namespace}/{component}/{p}: key {key[:80]!r} cannot be read as a "
+                    f"{fq_task_id(namespace, component, p)}: key {key[:80]!r} cannot be read as a "
                     f"{key_type} ({exc}). Nothing was changed."
                 ) from None
     yield RescaleProgress("plan", total=len(sources), from_partitions=from_count, to_partitions=to)

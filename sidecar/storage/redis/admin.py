@@ -30,6 +30,8 @@ from .keys import (
     edits_key,
     every_key,
     index_key,
+    index_member,
+    index_task,
     namespace_key,
     task_keys,
 )
@@ -126,7 +128,7 @@ class RedisAdmin:
 
     async def _index(self, task: TaskKey) -> None:
         """Record the task in its namespace's index (for listing)."""
-        member = _member(task)
+        member = index_member(task)
         client = self._conn.client
         await self._conn.run("index", lambda: client.sadd(index_key(task.namespace), member))
 
@@ -140,7 +142,7 @@ class RedisAdmin:
 
         async def call() -> Any:
             pipe = self._conn.client.pipeline(transaction=False)
-            pipe.sismember(index, _member(task))
+            pipe.sismember(index, index_member(task))
             pipe.scard(index)
             pipe.exists(record)
             pipe.hmget(record, *component_fields(task.component))
@@ -185,9 +187,9 @@ class RedisAdmin:
         raw = await self._conn.run("list", lambda: client.smembers(index_key(namespace)))
         tasks = []
         for member in sorted(text(x) for x in raw):
-            comp, _, part = member.rpartition("/")
-            if (component is None or comp == component) and part.isdigit():
-                tasks.append(TaskKey(namespace, comp, int(part)))
+            task = index_task(namespace, member)
+            if task is not None and (component is None or task.component == component):
+                tasks.append(task)
         tasks.sort(key=lambda t: (t.component, t.partition))
         return tasks
 
@@ -208,7 +210,7 @@ class RedisAdmin:
 
             async def call(keys: tuple[str, ...] = keys, t: TaskKey = t) -> Any:
                 n = await client.delete(*keys)
-                await client.srem(index_key(namespace), _member(t))
+                await client.srem(index_key(namespace), index_member(t))
                 return n
 
             if await self._conn.run("drop", call):
@@ -424,8 +426,3 @@ class RedisAdmin:
     async def close(self) -> None:
         """Close the connection pool."""
         await self._conn.close()
-
-
-def _member(task: TaskKey) -> str:
-    """The task's member in its namespace's index set."""
-    return f"{task.component}/{task.partition}"

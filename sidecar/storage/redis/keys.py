@@ -89,6 +89,17 @@ def every_key(task: TaskKey) -> tuple[str, ...]:
             task_key(n, c, p, "stage_undo"))  # fmt: skip
 
 
+def index_member(task: TaskKey) -> str:
+    """The task's member in its namespace's index set: `component/partition`."""
+    return f"{task.component}/{task.partition}"
+
+
+def index_task(namespace: str, member: str) -> TaskKey | None:
+    """The task an index member names (None: not a `component/partition` member)."""
+    comp, _, part = member.rpartition("/")
+    return TaskKey(namespace, comp, int(part)) if comp and part.isdigit() else None
+
+
 def index_key(namespace: str) -> str:
     """The per-namespace index set (its own slot)."""
     return "ts:idx:{" + namespace + "}"

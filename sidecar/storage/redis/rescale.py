@@ -36,6 +36,7 @@ from typing import Any
 import redis.exceptions as rex
 
 from taskstate.proto import codes
+from taskstate.proto.ids import fq_task_id
 
 from ... import errors
 from ...errors import SidecarError
@@ -47,6 +48,7 @@ from .keys import (
     edits_key,
     every_key,
     index_key,
+    index_member,
     namespace_key,
     task_key,
     task_keys,
@@ -157,7 +159,7 @@ class RedisRescale:
                     plan.codec,
                 ]
                 await self._script("rescale_commit", keys, args)
-                await self._redis("SADD", index_key(namespace), f"{component}/{t}")
+                await self._redis("SADD", index_key(namespace), index_member(task))
                 yield RescaleProgress("commit", t + 1, to)
             plan.phase = "retire"
             await self._save(namespace, component, plan)
@@ -165,7 +167,7 @@ class RedisRescale:
         for i, p in enumerate(gone):
             task = TaskKey(namespace, component, p)
             await self._script("rescale_retire", every_key(task), [plan.lock])
-            await self._redis("SREM", index_key(namespace), f"{component}/{p}")
+            await self._redis("SREM", index_key(namespace), index_member(task))
             yield RescaleProgress("retire", i + 1, len(gone))
 
         async def finish() -> Any:
@@ -203,9 +205,9 @@ class RedisRescale:
             if now - last < quiet_s:
                 raise SidecarError(
                     codes.CHANGED,
-                    f"{namespace}/{component}/{p} was written {now - last:.0f} s ago: the "
-                    "query still runs (or has just stopped). Nothing was changed. Stop the "
-                    f"query, then rescale; the check waits for {quiet_s:.0f} s of quiet "
+                    f"{fq_task_id(namespace, component, p)} was written {now - last:.0f} s "
+                    "ago: the query still runs (or has just stopped). Nothing was changed. "
+                    f"Stop the query, then rescale; the check waits for {quiet_s:.0f} s of quiet "
                     "(--quiet-seconds).",
                 )
         codecs = {m["codec"] for m in metas.values() if m["codec"]}
@@ -266,9 +268,9 @@ class RedisRescale:
                         partition_of(text(k), to, key_type)
                     except ValueError as exc:
                         raise errors.bad_argument(
-                            f"{namespace}/{component}/{p}: key {text(k)[:80]!r} cannot be "
-                            f"read as a {key_type} ({exc}). Nothing was changed. Give the "
-                            "--key-type of the column the job partitions by."
+                            f"{fq_task_id(namespace, component, p)}: key {text(k)[:80]!r} "
+                            f"cannot be read as a {key_type} ({exc}). Nothing was changed. "
+                            "Give the --key-type of the column the job partitions by."
                         ) from None
 
     async def _copy(
