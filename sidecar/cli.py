@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from . import logs
 from .auth import Authorizer, TokenConfigError
 from .server import SidecarConfig, run
-from .storage.connect import RedisSettings, RedisUrlError, TlsFiles
+from .storage.redis.connect import RedisSettings, RedisUrlError, TlsFiles
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

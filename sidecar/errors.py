@@ -58,6 +58,16 @@ def fenced(fq: str, current: object) -> SidecarError:
     )
 
 
+def import_fenced(fq: str, current: object) -> SidecarError:
+    """A later request of an import whose task was claimed by someone else meanwhile."""
+    return SidecarError(
+        codes.FENCED,
+        f"task {fq}: another import or a running job claimed the task during this import "
+        f"(epoch now {current}); its state is incomplete. Stop the job and import again "
+        "with --replace.",
+    )
+
+
 def state_ahead(fq: str, stored_batch: object, batch: object) -> SidecarError:
     """The stored state is at a later batch than the one Spark runs."""
     return SidecarError(
@@ -240,6 +250,15 @@ def rescaling(fq: str, to: object) -> SidecarError:
         "keys and has not finished. Nothing was changed. Operator action: wait for it to "
         f"finish; if it was interrupted, run `taskstate rescale {ns}/{comp} --to {to}` again "
         "(it goes on where it stopped), then start the query.",
+    )
+
+
+def rescale_held(fq: str, lock: object) -> SidecarError:
+    """A rescale's step on a task that another rescale holds."""
+    return SidecarError(
+        codes.PARTITIONS,
+        f"task {fq} is held by another rescale ({lock}). Nothing more was changed. Finish "
+        "that one first (run it again with its --to).",
     )
 
 

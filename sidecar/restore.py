@@ -21,7 +21,8 @@ import msgpack
 from taskstate.proto import taskstate_pb2 as pb
 
 from . import metrics
-from .storage.base import Storage, TaskKey
+from .storage.base import TaskStore
+from .storage.values import TaskKey
 
 log = logging.getLogger("taskstate.sidecar.restore")
 
@@ -36,7 +37,7 @@ PROGRESS_EVERY_S = 5.0
 
 
 async def stream_restore(
-    storage: Storage, task: TaskKey, epoch: int, request: pb.RestoreRequest
+    storage: TaskStore, task: TaskKey, epoch: int, request: pb.RestoreRequest
 ) -> AsyncIterator[pb.RestoreChunk]:
     """The chunks answering one RestoreRequest, the last one carrying the version."""
     t0 = time.perf_counter()
@@ -78,7 +79,7 @@ async def stream_restore(
 class _Progress:
     """A full restore's progress: a gauge while it runs, a log line with an ETA when long."""
 
-    def __init__(self, storage: Storage, task: TaskKey, t0: float) -> None:
+    def __init__(self, storage: TaskStore, task: TaskKey, t0: float) -> None:
         self.storage = storage
         self.task = task
         self.t0 = t0

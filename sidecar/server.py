@@ -24,10 +24,10 @@ from .auth import Authorizer
 from .flush import DEFAULT_FLUSH_TIMEOUT_S, BarrierServer, FlushCoordinator
 from .retry import RetryPolicy, is_permanent_connection_error
 from .service import SERVICE_NAME, Limits, TaskStateServicer, add_to_server
-from .storage.base import Storage
-from .storage.connect import RedisSettings, RedisUrlError, redact
+from .storage.base import Backend
+from .storage.redis.backend import RedisBackend
+from .storage.redis.connect import RedisSettings, RedisUrlError, redact
 from .storage.redis.safety import EVICTION, PERSISTENCE
-from .storage.redis.store import RedisStorage
 
 log = logging.getLogger("taskstate.sidecar")
 
@@ -104,7 +104,7 @@ def _listen_address(spec: str) -> tuple[str, Path | None]:
 class Sidecar:
     """One running sidecar process."""
 
-    def __init__(self, config: SidecarConfig, storage: Storage | None = None) -> None:
+    def __init__(self, config: SidecarConfig, storage: Backend | None = None) -> None:
         self.config = config
         wait_ms = config.durability_timeout_ms
         if wait_ms is None:
@@ -116,14 +116,14 @@ class Sidecar:
             )
         if storage is None:
             try:
-                storage = RedisStorage(
+                storage = RedisBackend(
                     config.redis or RedisSettings(url=config.redis_url),
                     retry=RetryPolicy(deadline_s=config.redis_deadline_s),
                     durability_timeout_ms=wait_ms,
                 )
             except RedisUrlError as exc:
                 raise ConfigError(str(exc)) from None
-        self.storage: Storage = storage
+        self.storage: Backend = storage
         self._health_task: asyncio.Task[None] | None = None
         self._serving: bool | None = None
         opts = [
@@ -195,7 +195,7 @@ class Sidecar:
         """Log a warning for each way this Redis can lose state by itself (doctor's checks)."""
         try:
             report = await asyncio.wait_for(
-                self.storage.doctor(Durability(0, False)), timeout=self._ping_timeout()
+                self.storage.admin.doctor(Durability()), timeout=self._ping_timeout()
             )
         except Exception as exc:  # only a warning: never stop the sidecar for it
             log.info("could not check Redis persistence", extra={"error": repr(exc)})

@@ -30,7 +30,8 @@ from .errors import SidecarError
 from .flush import FlushCoordinator
 from .logs import REQUEST
 from .restore import DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS, entries_chunk, pieces, stream_restore
-from .storage.base import Storage, TaskKey, TaskMeta
+from .storage.base import Backend
+from .storage.values import ChangeSet, TaskKey, TaskMeta
 
 log = logging.getLogger("taskstate.sidecar")
 T = TypeVar("T")
@@ -290,11 +291,11 @@ async def abort(context: aio.ServicerContext[Any, Any], exc: SidecarError) -> No
 
 
 class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]  # no .pyi
-    """Implements taskstate.v1.TaskStateService on top of a Storage."""
+    """Implements taskstate.v1.TaskStateService on top of a storage Backend."""
 
     def __init__(
         self,
-        storage: Storage,
+        storage: Backend,
         limits: Limits | None = None,
         redis_url: str = "",
         auth: Authorizer | None = None,
@@ -400,7 +401,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
             problem = ids.attempt_problem(request.attempt_id)
             if problem:
                 raise _bad(f"task {task.fq}: {problem}")
-            r = await self.storage.open(
+            r = await self.storage.tasks.open(
                 task,
                 batch,
                 codec=codec,
@@ -451,7 +452,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
         async def run() -> AsyncIterator[pb.RestoreChunk]:
             task = task_key(request.task)
             epoch = _epoch(request.epoch, task.fq)
-            async for chunk in stream_restore(self.storage, task, epoch, request):
+            async for chunk in stream_restore(self.storage.tasks, task, epoch, request):
                 yield chunk
 
         async for chunk in self._guard_stream(context, "Restore", run, request):
@@ -478,12 +479,11 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
             if deletes and not set(deletes).isdisjoint(k for k, _ in upserts):
                 raise _bad(f"task {task.fq}: a key is both upserted and deleted in one commit")
             t0 = time.perf_counter()
-            r = await self.storage.commit(
+            r = await self.storage.tasks.commit(
                 task,
                 epoch,
                 batch,
-                upserts,
-                deletes,
+                ChangeSet(upserts, deletes),
                 request.position if request.has_position else None,
                 writer=_writer(request.writer),
                 durability=durability,
@@ -514,7 +514,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
             keys = list(request.keys)
             if request.packed_keys:
                 keys.extend(_unpack_keys(request.packed_keys, task.fq, "packed_keys"))
-            values = await self.storage.get(task, epoch, keys)
+            values = await self.storage.tasks.get(task, epoch, keys)
             absent = values.count(None)
             metrics.GET_KEYS.labels("found").inc(len(values) - absent)
             metrics.GET_KEYS.labels("absent").inc(absent)
@@ -542,7 +542,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
         self, request: pb.DescribeRequest, context: aio.ServicerContext[Any, Any]
     ) -> pb.TaskInfo:
         async def run() -> pb.TaskInfo:
-            return _info(await self.storage.describe(task_key(request.task)))
+            return _info(await self.storage.tasks.describe(task_key(request.task)))
 
         return await self._guard(context, "Describe", run, request)
 
@@ -561,10 +561,10 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
     ) -> pb.ListResponse:
         async def run() -> pb.ListResponse:
             if not request.namespace and not request.component:
-                names = await self.storage.namespaces()
+                names = await self.storage.admin.namespaces()
                 return pb.ListResponse(namespaces=visible(self._grant.get(), names))
             ns, comp = self._scope(request.namespace, request.component)
-            metas = await self.storage.list_tasks(ns, comp)
+            metas = await self.storage.admin.list_tasks(ns, comp)
             return pb.ListResponse(tasks=[_info(m) for m in metas])
 
         return await self._guard(context, "List", run, request)
@@ -582,7 +582,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                 if problem:
                     raise _bad(problem)
                 part = request.partition
-            n = await self.storage.drop(ns, comp, part)
+            n = await self.storage.admin.drop(ns, comp, part)
             log.warning(
                 "state dropped",
                 extra={"namespace": ns, "component": comp, "partition": part, "tasks": n},
@@ -596,7 +596,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
     ) -> pb.AdoptResponse:
         async def run() -> pb.AdoptResponse:
             ns, _ = self._scope(request.namespace, "")
-            known, tasks = await self.storage.adopt(ns)
+            known, tasks = await self.storage.admin.adopt(ns)
             log.warning(
                 "namespace adopted: its query goes on from the batch it runs next",
                 extra={"namespace": ns, "known_before": known, "tasks": tasks},
@@ -623,7 +623,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                 "rescale started",
                 extra={"namespace": ns, "component": comp, "to": request.to, "key_type": key_type},
             )
-            async for step in self.storage.rescale(ns, comp, request.to, key_type, quiet):
+            async for step in self.storage.admin.rescale(ns, comp, request.to, key_type, quiet):
                 if step.phase == "done":
                     log.warning(
                         "rescale done",
@@ -663,12 +663,12 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                     raise _bad(problem)
                 tasks = [TaskKey(ns, comp, request.partition)]
             elif request.delete:
-                tasks = [m.task for m in await self.storage.list_tasks(ns, comp)]
+                tasks = [m.task for m in await self.storage.admin.list_tasks(ns, comp)]
             else:
                 raise _bad(f"{ns}/{comp}: setting a key needs the task's partition")
             had = 0
             for task in tasks:
-                had += await self.storage.edit(task, request.key, value, codec)
+                had += await self.storage.admin.edit(task, request.key, value, codec)
             log.warning(
                 "state edited by an operator",
                 extra={"namespace": ns, "component": comp, "tasks": len(tasks),
@@ -684,10 +684,10 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
         async def run() -> AsyncIterator[pb.RestoreChunk]:
             task = task_key(request.task)
             n = max(1, min(request.max_fields or DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS))
-            async for items in self.storage.read(task, request.pattern or None, n):
+            async for items in self.storage.admin.read(task, request.pattern or None, n):
                 for piece in pieces(items):
                     yield entries_chunk(piece)
-            yield pb.RestoreChunk(last=True, version=await self.storage.version(task))
+            yield pb.RestoreChunk(last=True, version=await self.storage.tasks.version(task))
 
         async for chunk in self._guard_stream(context, "Read", run, request):
             yield chunk
@@ -711,7 +711,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
                 )
             if not 0 <= request.partitions <= MAX_PARTITIONS:
                 raise _bad(f"task {task.fq}: partitions {request.partitions} is out of range")
-            epoch, size = await self.storage.import_task(
+            epoch, size = await self.storage.admin.import_task(
                 task,
                 entries,
                 committed_batch=request.committed_batch,
@@ -758,7 +758,7 @@ class TaskStateServicer(pb_grpc.TaskStateServiceServicer):  # type: ignore[misc]
     ) -> pb.DoctorResponse:
         async def run() -> pb.DoctorResponse:
             durability = _durability(request.durability, request.replicas, "doctor")
-            r = await self.storage.doctor(durability)
+            r = await self.storage.admin.doctor(durability)
             return pb.DoctorResponse(
                 topology=r.topology,
                 redis_url=self.redis_url,

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from taskstate.sidecar.storage.connect import redact
+from taskstate.sidecar.storage.redis.connect import redact
 
 from .faults import maybe_fault
 from .jobs import (

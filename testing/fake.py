@@ -19,14 +19,14 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from taskstate.sidecar.server import Sidecar, SidecarConfig
-from taskstate.sidecar.storage.memory.store import MemoryStorage
+from taskstate.sidecar.storage.memory.backend import MemoryBackend
 
 
 class FakeSidecar:
-    """The sidecar's gRPC service over MemoryStorage, in a thread of this process."""
+    """The sidecar's gRPC service over MemoryBackend, in a thread of this process."""
 
     def __init__(self, *, max_message_bytes: int = 64 << 20) -> None:
-        self.storage = MemoryStorage()
+        self.storage = MemoryBackend()
         self._dir = tempfile.TemporaryDirectory(prefix="taskstate-fake-")
         self.socket = Path(self._dir.name) / "sidecar.sock"
         self.config = SidecarConfig(

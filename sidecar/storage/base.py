@@ -1,6 +1,7 @@
-"""The storage interface behind the sidecar and the values it passes around.
+"""The storage behind the sidecar: two small protocols, for two audiences, and a backend.
 
-Every backend implements the commit protocol of docs/architecture.md exactly:
+`TaskStore` is what a Spark task's calls need, and every backend implements the commit
+protocol of docs/architecture.md exactly:
 
 - `open` claims the task for a task attempt (fencing epoch + 1), rolls back a replayed
   batch (the state's last written batch equals the opening batch) and refuses a state
@@ -16,140 +17,32 @@ Every backend implements the commit protocol of docs/architecture.md exactly:
 - `restore` yields the state in bounded chunks.
 - `changes_since` answers a delta restore: what changed since a version a worker holds,
   from the task's change log, or None when the log does not cover that version.
+
+`AdminStore` is what operators' calls need (`taskstate ls/show/export/import/...`); none
+of them claims a task. A `Backend` has one of each over one connection.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Protocol
 
 from taskstate.proto.durability import Durability
-from taskstate.proto.ids import fq_task_id
 
-LAYOUT_VERSION = 1
-
-
-@dataclass(frozen=True, slots=True)
-class TaskKey:
-    """A validated task id."""
-
-    namespace: str
-    component: str
-    partition: int
-
-    @property
-    def fq(self) -> str:
-        """`namespace/component/partition`."""
-        return fq_task_id(self.namespace, self.component, self.partition)
+from .values import (
+    ChangeSet,
+    CommitResult,
+    Delta,
+    DoctorReport,
+    OpenResult,
+    RescaleProgress,
+    TaskKey,
+    TaskMeta,
+)
 
 
-@dataclass(frozen=True, slots=True)
-class OpenResult:
-    """What `open` reports to the attempt that claimed the task."""
-
-    epoch: int
-    committed_batch: int
-    position: bytes | None
-    size: int
-    version: str
-    rolled_back: bool
-    rolled_back_keys: int
-    reused_claim: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class CommitResult:
-    """What `commit` reports."""
-
-    version: str
-    size: int
-    replicas_acked: int = 0
-    base_version: str = ""  # the version the change set was applied on
-
-
-@dataclass(frozen=True, slots=True)
-class Delta:
-    """What changed between a version a worker holds and `version` (a delta restore)."""
-
-    version: str
-    upserts: list[tuple[str | bytes, bytes]]
-    deletes: list[str | bytes]
-
-
-# The change log keeps at most max(LOG_MIN, state size // LOG_FRACTION) keys (lua/commit.lua).
-LOG_MIN = 4096
-LOG_FRACTION = 8
-
-
-@dataclass(frozen=True, slots=True)
-class TaskMeta:
-    """A task's metadata, as `describe` and `list` show it."""
-
-    task: TaskKey
-    exists: bool
-    committed_batch: int = -1
-    epoch: int = 0
-    position: bytes | None = None
-    size: int = 0
-    version: str = ""
-    codec: str = ""
-    layout: int = 0
-    updated_at: float = 0.0
-    last_writer: str = ""
-    rollbacks: int = 0
-    # the component's recorded partition count (the task's own record, else the
-    # component's); None: none recorded
-    partitions: int | None = None
-    rescaling: bool = False  # a rescale holds the task
-
-
-@dataclass(frozen=True, slots=True)
-class RescaleProgress:
-    """One step of a rescale (`Storage.rescale`); `phase` "done" ends it with the totals."""
-
-    phase: str  # plan, lock, copy, commit, retire, done
-    done: int = 0
-    total: int = 0
-    from_partitions: int = 0
-    to_partitions: int = 0
-    keys: int = 0
-    batch: int = -1
-    resumed: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ServerReport:
-    """One Redis server as `doctor` sees it."""
-
-    address: str
-    role: str
-    version: str
-    aof_enabled: bool
-    appendfsync: str  # "?" when CONFIG GET is refused
-    connected_replicas: int
-
-
-@dataclass(frozen=True, slots=True)
-class Check:
-    """One `doctor` finding: ok, or what is wrong and what to do."""
-
-    name: str
-    ok: bool
-    detail: str
-
-
-@dataclass(frozen=True, slots=True)
-class DoctorReport:
-    """What the sidecar sees of its store."""
-
-    topology: str
-    servers: list[ServerReport]
-    checks: list[Check]
-
-
-class Storage(Protocol):
-    """A place that keeps task state with the taskstate commit protocol."""
+class TaskStore(Protocol):
+    """A task's state under the taskstate commit protocol (the calls of Spark tasks)."""
 
     async def open(
         self,
@@ -182,8 +75,7 @@ class Storage(Protocol):
         task: TaskKey,
         epoch: int,
         batch: int | None,
-        upserts: Sequence[tuple[str, bytes]],
-        deletes: Sequence[str],
+        changes: ChangeSet,
         position: bytes | None,
         *,
         writer: str,
@@ -207,15 +99,23 @@ class Storage(Protocol):
         ...
 
     async def get(self, task: TaskKey, epoch: int, keys: Sequence[str]) -> list[bytes | None]:
-        """Read keys of the task (remote mode); fenced by epoch."""
+        """Read keys of the task (remote mode, on-demand reads); fenced by epoch."""
         ...
 
     async def describe(self, task: TaskKey) -> TaskMeta:
         """The task's metadata (exists=False when it has none)."""
         ...
 
+
+class AdminStore(Protocol):
+    """Operators' calls on stored state (the `taskstate` CLI); none claims a task."""
+
     async def list_tasks(self, namespace: str, component: str | None) -> list[TaskMeta]:
         """Every task of a namespace (optionally one component)."""
+        ...
+
+    async def namespaces(self) -> list[str]:
+        """Every namespace that has tasks."""
         ...
 
     async def drop(self, namespace: str, component: str | None, partition: int | None) -> int:
@@ -228,7 +128,8 @@ class Storage(Protocol):
     async def adopt(self, namespace: str) -> tuple[bool, int]:
         """Record the namespace as known: its query goes on from the batch it runs next.
 
-        Returns (known before, tasks). See `open`: STATE_LOST for an unknown namespace.
+        Returns (known before, tasks). See `TaskStore.open`: STATE_LOST for an unknown
+        namespace.
         """
         ...
 
@@ -285,12 +186,22 @@ class Storage(Protocol):
         """
         ...
 
-    async def namespaces(self) -> list[str]:
-        """Every namespace that has tasks."""
-        ...
-
     async def doctor(self, durability: Durability) -> DoctorReport:
         """The store's topology, servers and whether `durability` is possible there."""
+        ...
+
+
+class Backend(Protocol):
+    """One store of task state: its task calls and its operator calls, one connection."""
+
+    @property
+    def tasks(self) -> TaskStore:
+        """The task protocol."""
+        ...
+
+    @property
+    def admin(self) -> AdminStore:
+        """The operators' calls."""
         ...
 
     async def ping(self) -> None:

@@ -1,7 +1,7 @@
 """The Lua scripts against the in-memory model: random protocol histories (opens by new,
 returning and displaced task attempts, replays, stale epochs, group commits, deletes,
 batch jobs, delta restores) must give the same answers and the same state on a real Redis
-and in MemoryStorage; every delta applied to the state at its base version gives exactly
+and in MemoryBackend; every delta applied to the state at its base version gives exactly
 the committed state."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import pytest
 from taskstate.proto.durability import Durability
 from taskstate.proto.versions import Version, token
 from taskstate.sidecar.errors import SidecarError
-from taskstate.sidecar.storage.base import TaskKey
-from taskstate.sidecar.storage.memory.store import MemoryStorage
+from taskstate.sidecar.storage.memory.backend import MemoryBackend
+from taskstate.sidecar.storage.redis.backend import RedisBackend
 from taskstate.sidecar.storage.redis.keys import task_keys
-from taskstate.sidecar.storage.redis.store import RedisStorage
+from taskstate.sidecar.storage.values import ChangeSet, TaskKey
 from taskstate.testing import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -29,7 +29,7 @@ ATTEMPTS = ["app:1", "app:2", "app:3", "other-app:1", ""]  # "": an older client
 async def _restore(store: Any, task: TaskKey, epoch: int) -> dict[str, bytes] | str:
     try:
         out: dict[str, bytes] = {}
-        async for chunk in store.restore(task, epoch, 3):
+        async for chunk in store.tasks.restore(task, epoch, 3):
             # keys may come as str or as Redis' UTF-8 bytes (both are allowed)
             out.update((k if isinstance(k, str) else k.decode(), v) for k, v in chunk)
         return out
@@ -40,7 +40,7 @@ async def _restore(store: Any, task: TaskKey, epoch: int) -> dict[str, bytes] | 
 async def _step(store: Any, task: TaskKey, op: tuple[Any, ...]) -> Any:
     try:
         if op[0] == "open":
-            r = await store.open(
+            r = await store.tasks.open(
                 task, op[1], codec="json", writer="w", durability=Durability(), attempt=op[2]
             )
             return (
@@ -55,20 +55,20 @@ async def _step(store: Any, task: TaskKey, op: tuple[Any, ...]) -> Any:
             )
         if op[0] == "commit":
             _, epoch, batch, ups, dels, pos = op
-            r = await store.commit(
-                task, epoch, batch, ups, dels, pos, writer="w", durability=Durability()
+            r = await store.tasks.commit(
+                task, epoch, batch, ChangeSet(ups, dels), pos, writer="w", durability=Durability()
             )
             return ("commit", r.size)
         if op[0] == "restore":
             return ("restore", await _restore(store, task, op[1]))
         if op[0] == "get":
-            return ("get", await store.get(task, op[1], KEYS))
+            return ("get", await store.tasks.get(task, op[1], KEYS))
         if op[0] == "changes":
             _, epoch, back = op
-            now = Version.parse(await store.version(task))
+            now = Version.parse(await store.tasks.version(task))
             assert now is not None
             since = max(0, now.counter - back)
-            d = await store.changes_since(task, epoch, token(now.gen, since), 1000)
+            d = await store.tasks.changes_since(task, epoch, token(now.gen, since), 1000)
             if d is None:
                 return ("changes", since, None)
             ups = sorted((k if isinstance(k, str) else k.decode(), v) for k, v in d.upserts)
@@ -125,12 +125,12 @@ def test_redis_scripts_and_memory_model_agree(redis_server: RedisServer, namespa
 
     async def run() -> None:
         nonlocal deltas, changed
-        redis_store = RedisStorage(redis_server.url)
+        redis_store = RedisBackend(redis_server.url)
         try:
             for seed in range(150):
                 rng = random.Random(seed)
-                memory = MemoryStorage()
-                memory.records.add(namespace)  # known to both, as Redis's is (conftest)
+                memory = MemoryBackend()
+                memory.state.records.add(namespace)  # known to both, as Redis's is (conftest)
                 task = TaskKey(namespace, f"h{seed}", 0)
                 states: dict[int, dict[str, bytes]] = {}  # version counter -> state
                 for i, op in enumerate(_history(rng)):
@@ -139,9 +139,9 @@ def test_redis_scripts_and_memory_model_agree(redis_server: RedisServer, namespa
                     assert got == want, f"seed {seed}, step {i}, op {op}"
                     # the undo bookkeeping leaves the data identical after every step
                     data = redis_server.client().hgetall(task_keys(task)[1])
-                    now = memory.tasks[task].data
+                    now = memory.state.tasks[task].data
                     assert {k.decode(): v for k, v in data.items()} == now
-                    states[memory.tasks[task].ver] = dict(now)
+                    states[memory.state.tasks[task].ver] = dict(now)
                     if got[0] == "changes" and got[2] is not None:
                         _, since, _, ups, dels = got
                         rebuilt = {k: v for k, v in states[since].items() if k not in dels}
@@ -165,7 +165,7 @@ async def _operator_story(store: Any, ns: str) -> list[Any]:
     async def read(pattern: str | None) -> Any:
         try:
             got: dict[str, bytes] = {}
-            async for chunk in store.read(task, pattern, 2):
+            async for chunk in store.admin.read(task, pattern, 2):
                 got.update((k if isinstance(k, str) else k.decode(), v) for k, v in chunk)
             return got
         except SidecarError as exc:
@@ -175,7 +175,7 @@ async def _operator_story(store: Any, ns: str) -> list[Any]:
         args = {"committed_batch": 4, "position": b"7", "codec": "json", "replace": False,
                 "append_epoch": None, **kw}  # fmt: skip
         try:
-            return await store.import_task(task, entries, **args)
+            return await store.admin.import_task(task, entries, **args)
         except SidecarError as exc:
             return exc.code
 
@@ -187,12 +187,14 @@ async def _operator_story(store: Any, ns: str) -> list[Any]:
     out.append(await imp([("x", b"0")]))  # ALREADY_EXISTS
     out.append(await read(None))
     out.append(await read("a*"))
-    out.append(ns in await store.namespaces())
-    meta = await store.describe(task)
+    out.append(ns in await store.admin.namespaces())
+    meta = await store.tasks.describe(task)
     out.append((meta.committed_batch, meta.position, meta.size, meta.codec))
     for batch in (4, 3, 5):  # replay of the imported batch, older, next
         try:
-            r = await store.open(task, batch, codec="json", writer="w", durability=Durability())
+            r = await store.tasks.open(
+                task, batch, codec="json", writer="w", durability=Durability()
+            )
             out.append(("open", r.committed_batch, r.size, r.rolled_back))
         except SidecarError as exc:
             out.append(("error", exc.code))
@@ -200,20 +202,20 @@ async def _operator_story(store: Any, ns: str) -> list[Any]:
     out.append(await read(None))
     # the partition count an import brings: recorded, then checked like an Open's
     out.append(await imp([("p", b"1")], replace=True, partitions=2))
-    out.append((await store.describe(task)).partitions)
+    out.append((await store.tasks.describe(task)).partitions)
     other = TaskKey(ns, "c", 1)
     out.append(await imp([("q", b"1")], partitions=3))  # PARTITIONS: the component has 2
     args = {"committed_batch": 4, "position": None, "codec": "json", "replace": False,
             "append_epoch": None}  # fmt: skip
     for t, count in ((TaskKey(ns, "c", 2), 2), (other, None)):  # outside; the recorded count
         try:
-            out.append(await store.import_task(t, [("q", b"1")], **args, partitions=count))
-            out.append((await store.describe(t)).partitions)
+            out.append(await store.admin.import_task(t, [("q", b"1")], **args, partitions=count))
+            out.append((await store.tasks.describe(t)).partitions)
         except SidecarError as exc:
             out.append(exc.code)
     for part, count in ((0, 3), (1, None), (1, 2)):
         try:
-            r = await store.open(TaskKey(ns, "c", part), 5, codec="json", writer="w",
+            r = await store.tasks.open(TaskKey(ns, "c", part), 5, codec="json", writer="w",
                                  durability=Durability(), partitions=count)  # fmt: skip
             out.append(("open", r.size))
         except SidecarError as exc:
@@ -223,10 +225,10 @@ async def _operator_story(store: Any, ns: str) -> list[Any]:
 
 def test_operator_paths_agree(redis_server: RedisServer, namespace: str) -> None:
     async def run() -> None:
-        redis_store = RedisStorage(redis_server.url)
+        redis_store = RedisBackend(redis_server.url)
         try:
             got = await _operator_story(redis_store, namespace)
-            want = await _operator_story(MemoryStorage(), namespace)
+            want = await _operator_story(MemoryBackend(), namespace)
             assert got == want
             assert got[0] == "NOT_FOUND" and got[3] == "FENCED" and got[4] == "ALREADY_EXISTS"
             assert got[5] == {"a": b"1", "ab": b"2", "b": b"3", "c": b"4"}

@@ -15,8 +15,8 @@ from taskstate.client import LocalContext
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 from taskstate.proto.versions import Version, token
-from taskstate.sidecar.storage.base import LOG_MIN
 from taskstate.sidecar.storage.redis.keys import meta_key, task_key
+from taskstate.sidecar.storage.values import LOG_MIN
 from taskstate.testing import RedisServer, SidecarProcess
 
 from .attempt_worker import Worker

@@ -12,7 +12,7 @@ import pytest
 from taskstate.client import ConfigError, FencedError, LocalContext, TaskState, _cache, _reads
 from taskstate.client._reads import MISS_FRACTION, MISS_MIN
 from taskstate.client._session import RECENT
-from taskstate.sidecar.storage.base import LOG_MIN
+from taskstate.sidecar.storage.values import LOG_MIN
 from taskstate.testing import RedisServer, SidecarProcess
 
 from .attempt_worker import Worker

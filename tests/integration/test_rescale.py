@@ -20,8 +20,8 @@ import pytest
 
 from taskstate.client import LocalContext, PartitionCountError, TaskState
 from taskstate.sidecar.spark_hash import partition_of
+from taskstate.sidecar.storage.redis.backend import RedisBackend
 from taskstate.sidecar.storage.redis.keys import data_key, meta_key
-from taskstate.sidecar.storage.redis.store import RedisStorage
 from taskstate.testing import RedisServer, SidecarProcess
 
 from .conftest import snapshot
@@ -197,8 +197,8 @@ def interrupt(redis_server: RedisServer, ns: str, to: int, phase: str, after: in
     (as when its caller or its sidecar goes away there)."""
 
     async def run() -> None:
-        storage = RedisStorage(redis_server.url)
-        steps = storage.rescale(ns, COMPONENT, to, "string", 0.0)
+        storage = RedisBackend(redis_server.url)
+        steps = storage.admin.rescale(ns, COMPONENT, to, "string", 0.0)
         try:
             async for step in steps:
                 if step.phase == phase and step.done == after:

@@ -23,4 +23,4 @@ def known_namespace(request: pytest.FixtureRequest) -> None:
     """
     if {"fake", "namespace"} <= set(request.fixturenames):
         f: FakeSidecar = request.getfixturevalue("fake")
-        f.storage.records.add(request.getfixturevalue("namespace"))
+        f.storage.state.records.add(request.getfixturevalue("namespace"))

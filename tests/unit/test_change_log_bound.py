@@ -3,8 +3,8 @@ the in-memory twin (and the tests) read LOG_MIN and LOG_FRACTION from storage/ba
 
 from __future__ import annotations
 
-from taskstate.sidecar.storage.base import LOG_FRACTION, LOG_MIN
 from taskstate.sidecar.storage.redis.scripts import Script
+from taskstate.sidecar.storage.values import LOG_FRACTION, LOG_MIN
 
 
 def test_commit_script_trims_at_the_bound_base_py_names() -> None:

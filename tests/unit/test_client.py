@@ -23,7 +23,7 @@ from taskstate.client import (
 )
 from taskstate.proto import codes
 from taskstate.sidecar.errors import SidecarError
-from taskstate.sidecar.storage.base import TaskKey
+from taskstate.sidecar.storage.values import TaskKey
 from taskstate.testing import FakeSidecar
 
 
@@ -36,7 +36,7 @@ def open_state(
 
 
 def stored(fake: FakeSidecar, ns: str, part: int = 0) -> dict[str, bytes]:
-    return dict(fake.storage.tasks[TaskKey(ns, "c", part)].data)
+    return dict(fake.storage.state.tasks[TaskKey(ns, "c", part)].data)
 
 
 def test_commit_on_exit_and_restore_in_a_new_process_view(
@@ -66,7 +66,7 @@ def test_same_process_skips_restore_when_it_holds_the_committed_version(
     # another writer changed the state: the version differs, so this process restores
     with open_state(fake, namespace, 2) as s:
         pass
-    fake.storage.tasks[TaskKey(namespace, "c", 0)].ver += 1
+    fake.storage.state.tasks[TaskKey(namespace, "c", 0)].ver += 1
     with open_state(fake, namespace, 3) as s:
         assert dict(s) == {"a": 2} and s.info.restored
 
@@ -164,7 +164,7 @@ def test_fencing_older_attempt_commit_raises_and_writes_nothing(
 def test_state_ahead_is_refused_and_changes_nothing(fake: FakeSidecar, namespace: str) -> None:
     with open_state(fake, namespace, 9) as s:
         s["a"] = 1
-    t = fake.storage.tasks[TaskKey(namespace, "c", 0)]
+    t = fake.storage.state.tasks[TaskKey(namespace, "c", 0)]
     epoch = t.epoch
     with pytest.raises(StateAheadError) as info:
         open_state(fake, namespace, 5).__enter__()
@@ -181,12 +181,12 @@ def test_the_memory_model_refuses_an_unknown_namespace_past_batch_0_until_adopte
     ns = f"{namespace}-late"  # not known (the fixture's namespace is)
     with pytest.raises(StateLostError, match=f"taskstate adopt {ns}"):
         open_state(fake, ns, 3).__enter__()
-    assert not [k for k in fake.storage.tasks if k.namespace == ns]
+    assert not [k for k in fake.storage.state.tasks if k.namespace == ns]
     with open_state(fake, f"{namespace}-new", 0) as s:  # a query's batch 0: known from then
         s["a"] = 1
     with open_state(fake, f"{namespace}-new", 1, part=1) as s:
         s["b"] = 1
-    asyncio.run(fake.storage.adopt(ns))
+    asyncio.run(fake.storage.admin.adopt(ns))
     with open_state(fake, ns, 3) as s:
         s["a"] = 1
     assert stored(fake, ns) == {"a": b"1"}
@@ -358,4 +358,4 @@ def test_process_cache_is_bounded_but_keeps_the_current_attempt(
             s["x"] = 1
     with TaskState(ctx, component="a", namespace=namespace, sidecar=fake.target) as s:
         assert s.info.reused_claim and not s.info.rolled_back
-    assert fake.storage.tasks[TaskKey(namespace, "a", 0)].data == {"x": b"1"}
+    assert fake.storage.state.tasks[TaskKey(namespace, "a", 0)].data == {"x": b"1"}

@@ -20,7 +20,7 @@ def stub():  # type: ignore[no-untyped-def]
         FakeSidecar() as fake,
         grpc.insecure_channel(fake.target.replace("unix://", "unix:")) as ch,
     ):
-        fake.storage.records.add("n")  # a known namespace: its first Open may be at batch 1
+        fake.storage.state.records.add("n")  # a known namespace: its first Open may be at batch 1
         yield pb_grpc.TaskStateServiceStub(ch), fake
 
 
@@ -45,7 +45,7 @@ def test_packed_and_per_entry_forms_combine(stub) -> None:  # type: ignore[no-un
             packed_deletes=msgpack.packb(["c"], use_bin_type=True),
         )
     )  # fmt: skip
-    t = next(iter(fake.storage.tasks.values()))
+    t = next(iter(fake.storage.state.tasks.values()))
     assert t.data == {"a": b"1", "b": b"2"}
 
 
@@ -67,9 +67,9 @@ def test_malformed_blobs_are_refused_and_change_nothing(
 ) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
     s, fake = stub
     epoch = _open(s)
-    before = {k: dict(v.data) for k, v in fake.storage.tasks.items()}
+    before = {k: dict(v.data) for k, v in fake.storage.state.tasks.items()}
     with pytest.raises(grpc.RpcError) as info:
         s.Commit(pb.CommitRequest(task=TASK, epoch=epoch, batch=1, **{field: blob}))
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert says in (info.value.details() or "") and "n/c/0" in (info.value.details() or "")
-    assert {k: dict(v.data) for k, v in fake.storage.tasks.items()} == before
+    assert {k: dict(v.data) for k, v in fake.storage.state.tasks.items()} == before

@@ -52,7 +52,7 @@ def test_the_fake_refuses_another_count_and_rescales_like_redis(fake: FakeSideca
     assert steps[-1].phase == "done" and steps[-1].keys == 40 and steps[-1].batch == 0
     job(fake, 8, 1, events)
     stored: Counter[str] = Counter()
-    for t, state in fake.storage.tasks.items():
+    for t, state in fake.storage.state.tasks.items():
         for k, v in state.data.items():
             assert partition_of(k, 8) == t.partition
             stored[k] += int(v)

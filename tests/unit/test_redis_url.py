@@ -9,7 +9,7 @@ import pytest
 import redis.exceptions as rex
 
 from taskstate.sidecar.retry import is_permanent_connection_error, is_safe_to_retry
-from taskstate.sidecar.storage.connect import (
+from taskstate.sidecar.storage.redis.connect import (
     RedisSettings,
     RedisUrlError,
     TlsFiles,

@@ -12,8 +12,8 @@ import pytest
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto.durability import Durability
 from taskstate.sidecar import metrics, restore
-from taskstate.sidecar.storage.base import TaskKey
-from taskstate.sidecar.storage.memory.store import MemoryStorage
+from taskstate.sidecar.storage.memory.backend import MemoryBackend
+from taskstate.sidecar.storage.values import ChangeSet, TaskKey
 
 
 def _gauge(task: str, kind: str) -> float | None:
@@ -27,17 +27,18 @@ def test_progress_is_logged_with_an_eta_and_the_gauge_is_removed_at_the_end(
 ) -> None:
     monkeypatch.setattr(restore, "PROGRESS_AFTER_S", 0.0)  # report from the first page
     monkeypatch.setattr(restore, "PROGRESS_EVERY_S", 0.0)
-    store = MemoryStorage()
+    store = MemoryBackend()
     task = TaskKey("ns", "c", 0)
     seen: list[tuple[float | None, float | None]] = []
 
     async def run() -> list[pb.RestoreChunk]:
-        r = await store.open(task, 0, codec="json", writer="w", durability=Durability())
-        await store.commit(task, r.epoch, 0, [(f"k{i}", b"1") for i in range(50)], [], None,
-                           writer="w", durability=Durability())  # fmt: skip
+        r = await store.tasks.open(task, 0, codec="json", writer="w", durability=Durability())
+        changes = ChangeSet([(f"k{i}", b"1") for i in range(50)], [])
+        await store.tasks.commit(task, r.epoch, 0, changes, None,
+                                 writer="w", durability=Durability())  # fmt: skip
         out = []
         req = pb.RestoreRequest(max_fields=10)
-        async for chunk in restore.stream_restore(store, task, r.epoch, req):
+        async for chunk in restore.stream_restore(store.tasks, task, r.epoch, req):
             seen.append((_gauge(task.fq, "restored"), _gauge(task.fq, "expected")))
             out.append(chunk)
         return out
@@ -58,14 +59,14 @@ def test_progress_is_logged_with_an_eta_and_the_gauge_is_removed_at_the_end(
 
 
 def test_a_short_restore_reports_nothing(caplog: pytest.LogCaptureFixture) -> None:
-    store = MemoryStorage()
+    store = MemoryBackend()
     task = TaskKey("ns", "short", 0)
 
     async def run() -> None:
-        r = await store.open(task, 0, codec="json", writer="w", durability=Durability())
-        await store.commit(task, r.epoch, 0, [("a", b"1")], [], None, writer="w",
-                           durability=Durability())  # fmt: skip
-        async for _ in restore.stream_restore(store, task, r.epoch, pb.RestoreRequest()):
+        r = await store.tasks.open(task, 0, codec="json", writer="w", durability=Durability())
+        await store.tasks.commit(task, r.epoch, 0, ChangeSet([("a", b"1")], []), None,
+                                 writer="w", durability=Durability())  # fmt: skip
+        async for _ in restore.stream_restore(store.tasks, task, r.epoch, pb.RestoreRequest()):
             assert _gauge(task.fq, "restored") is None
 
     with caplog.at_level(logging.INFO, logger="taskstate.sidecar.restore"):

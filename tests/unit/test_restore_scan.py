@@ -9,18 +9,18 @@ from unittest.mock import AsyncMock, MagicMock
 import pytest
 
 from taskstate.sidecar.errors import SidecarError
-from taskstate.sidecar.storage.base import TaskKey
-from taskstate.sidecar.storage.redis.store import RedisStorage
+from taskstate.sidecar.storage.redis.backend import RedisBackend
+from taskstate.sidecar.storage.values import TaskKey
 
 
-async def _collect(st: RedisStorage) -> list[list[tuple[str | bytes, bytes]]]:
-    return [list(c) async for c in st.restore(TaskKey("ns", "c", 0), 1, 100)]
+async def _collect(st: RedisBackend) -> list[list[tuple[str | bytes, bytes]]]:
+    return [list(c) async for c in st.tasks.restore(TaskKey("ns", "c", 0), 1, 100)]
 
 
 def _storage(pages: list[tuple[str, int, dict[bytes, bytes]]], calls: list[int]) -> Any:
-    st = RedisStorage("redis://127.0.0.1:1/0")
-    st._conn.client = MagicMock(hlen=AsyncMock(return_value=1_000_000))
-    st._check_epoch = AsyncMock()  # type: ignore[method-assign]
+    st = RedisBackend("redis://127.0.0.1:1/0")
+    st.conn.client = MagicMock(hlen=AsyncMock(return_value=1_000_000))
+    st.tasks._check_epoch = AsyncMock()  # type: ignore[method-assign]
     it = iter(pages)
 
     async def scan(
@@ -30,7 +30,7 @@ def _storage(pages: list[tuple[str, int, dict[bytes, bytes]]], calls: list[int])
         calls.append(cursor)
         return next(it)
 
-    st.scan_page = scan  # type: ignore[method-assign]
+    st.tasks._scanner.page = scan  # type: ignore[method-assign]
     return st
 
 

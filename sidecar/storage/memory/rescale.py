@@ -18,10 +18,10 @@ from taskstate.proto.ids import fq_task_id
 from ... import errors
 from ...errors import SidecarError
 from ...spark_hash import KEY_TYPES, partition_of
-from ..base import RescaleProgress, TaskKey
+from ..values import RescaleProgress, TaskKey
 
 if TYPE_CHECKING:
-    from .store import MemoryStorage, _Task
+    from .store import MemoryState, _Task
 
 
 def _rollback_fields(t: _Task) -> dict[str, bytes | None]:
@@ -34,9 +34,9 @@ def _rollback_fields(t: _Task) -> dict[str, bytes | None]:
 
 
 async def rescale(
-    store: MemoryStorage, namespace: str, component: str, to: int, key_type: str, quiet_s: float
+    store: MemoryState, namespace: str, component: str, to: int, key_type: str, quiet_s: float
 ) -> AsyncIterator[RescaleProgress]:
-    """See base.Storage.rescale."""
+    """See base.AdminStore.rescale."""
     from .store import _Task
 
     if key_type not in KEY_TYPES:

@@ -1,12 +1,12 @@
-"""The commit protocol in process memory: for unit tests and `taskstate.testing`.
+"""The task protocol in process memory: for unit tests and `taskstate.testing`.
 
-Behaves like the Redis backend (same errors, same rollback rules), with no server.
-`fail_next(op, exc)` injects a fault into the next call of an operation.
+Behaves like the Redis backend's task store (same errors, same rollback rules), with no
+server. The tasks live in a `MemoryState` that the operators' calls (admin.py) share.
+`MemoryState.fail_next(op, exc)` injects a fault into the next call of an operation.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -16,20 +16,16 @@ from taskstate.proto.durability import Durability
 from taskstate.proto.versions import Version, token
 
 from ... import errors
-from ..base import (
+from ..values import (
     LOG_FRACTION,
     LOG_MIN,
-    Check,
+    ChangeSet,
     CommitResult,
     Delta,
-    DoctorReport,
     OpenResult,
-    RescaleProgress,
-    ServerReport,
     TaskKey,
     TaskMeta,
 )
-from .rescale import rescale
 
 _ABSENT = None
 _SUPERSEDED_MAX = 32  # as open.lua
@@ -99,8 +95,8 @@ def _apply_edits(t: _Task) -> None:
     t.edits, t.edit_batch = {}, None
 
 
-class MemoryStorage:
-    """Task state in a dict, with the same protocol as RedisStorage."""
+class MemoryState:
+    """Every task, the namespaces' records and partition counts, and injected faults."""
 
     def __init__(self) -> None:
         self.tasks: dict[TaskKey, _Task] = {}
@@ -110,17 +106,44 @@ class MemoryStorage:
         self._faults: dict[str, BaseException] = {}
 
     def fail_next(self, op: str, exc: BaseException) -> None:
-        """Make the next call of `op` (open, commit, restore, get) raise `exc`."""
+        """Make the next call of `op` (open, commit, restore, get, changes) raise `exc`."""
         self._faults[op] = exc
 
-    def _fault(self, op: str) -> None:
+    def fault(self, op: str) -> None:
+        """Raise the fault injected for `op`, once."""
         exc = self._faults.pop(op, None)
         if exc is not None:
             raise exc
 
-    def _fenced(self, task: TaskKey, t: _Task | None, epoch: int) -> None:
-        if t is None or t.epoch != epoch:
-            raise errors.fenced(task.fq, "none" if t is None else t.epoch)
+    def known(self, namespace: str) -> bool:
+        """Whether the namespace has a record or a task."""
+        return namespace in self.records or any(k.namespace == namespace for k in self.tasks)
+
+
+def _fenced(task: TaskKey, t: _Task | None, epoch: int) -> None:
+    if t is None or t.epoch != epoch:
+        raise errors.fenced(task.fq, "none" if t is None else t.epoch)
+
+
+def _log_commit(t: _Task, keys: list[str]) -> None:
+    """Log a commit's keys at the version it makes, trimmed as lua/commit.lua does."""
+    if t.log_ver != t.ver:
+        t.log, t.log_floor, t.log_n = {}, t.ver, 0
+    new = t.ver + 1
+    t.log[new] = keys
+    t.log_n += len(keys)
+    t.log_ver = new
+    limit = max(LOG_MIN, (len(t.data)) // LOG_FRACTION)
+    while t.log_n > limit and t.log_floor < new:
+        t.log_floor += 1
+        t.log_n -= len(t.log.pop(t.log_floor, []))
+
+
+class MemoryTaskStore:
+    """Task state in a dict, with the same protocol as the Redis task store."""
+
+    def __init__(self, state: MemoryState) -> None:
+        self.state = state
 
     async def open(
         self,
@@ -133,13 +156,13 @@ class MemoryStorage:
         attempt: str = "",
         partitions: int | None = None,
     ) -> OpenResult:
-        """Claim the task; see base.Storage.open."""
-        self._fault("open")
-        t = self.tasks.get(task)
+        """Claim the task; see base.TaskStore.open."""
+        self.state.fault("open")
+        t = self.state.tasks.get(task)
         if t is not None and t.codec and t.codec != codec:
             raise errors.codec_mismatch(task.fq, t.codec, codec)
         component = (task.namespace, task.component)
-        recorded = self.partition_counts.get(component) if t is None else t.partitions
+        recorded = self.state.partition_counts.get(component) if t is None else t.partitions
         if recorded is not None and (
             (partitions is not None and partitions != recorded) or task.partition >= recorded
         ):
@@ -157,11 +180,11 @@ class MemoryStorage:
         if replay and t is not None and t.undo_batch != batch:
             raise errors.cannot_roll_back(task.fq, batch)
         if t is None:
-            if batch is not None and batch > 0 and not self._known(task.namespace):
+            if batch is not None and batch > 0 and not self.state.known(task.namespace):
                 raise errors.state_lost_namespace(task.fq, task.namespace, batch)
-            t = self.tasks[task] = _Task()
+            t = self.state.tasks[task] = _Task()
             if partitions is not None:
-                self.partition_counts.setdefault(component, partitions)
+                self.state.partition_counts.setdefault(component, partitions)
         if t.partitions is None:
             t.partitions = partitions
         if t.claim is not None and t.claim != attempt:
@@ -200,46 +223,13 @@ class MemoryStorage:
             _apply_edits(t)
         return OpenResult(t.epoch, t.batch, t.position, len(t.data), t.version, rolled, n)
 
-    async def edit(self, task: TaskKey, key: str, value: bytes | None, codec: str) -> bool:
-        """See base.Storage.edit (as lua/edit.lua)."""
-        t = self.tasks.get(task)
-        if t is None:
-            raise errors.not_found(task.fq, task.namespace)
-        if t.codec and t.codec != codec:
-            raise errors.codec_mismatch(task.fq, t.codec, codec)
-        had = key in t.data
-        if value is None:
-            t.data.pop(key, None)
-            if t.undo_copy is not None:
-                t.undo_copy.pop(key, None)
-            elif key in t.undo:
-                t.undo[key] = _ABSENT
-        else:
-            t.data[key] = value
-        _log(t, [key])
-        if t.edit_batch is None:
-            t.edits = {}
-        t.edits[key] = value
-        t.edit_batch = t.batch
-        t.updated_at = time.time()
-        return had
-
-    def _known(self, namespace: str) -> bool:
-        return namespace in self.records or any(k.namespace == namespace for k in self.tasks)
-
-    async def adopt(self, namespace: str) -> tuple[bool, int]:
-        """Record the namespace as going on from here: (known before, tasks)."""
-        known = self._known(namespace)
-        self.records.add(namespace)
-        return known, sum(1 for k in self.tasks if k.namespace == namespace)
-
     async def restore(
         self, task: TaskKey, epoch: int, max_fields: int
     ) -> AsyncIterator[Sequence[tuple[str | bytes, bytes]]]:
         """Yield the state in chunks."""
-        self._fault("restore")
-        t = self.tasks.get(task)
-        self._fenced(task, t, epoch)
+        self.state.fault("restore")
+        t = self.state.tasks.get(task)
+        _fenced(task, t, epoch)
         assert t is not None  # noqa: S101 - checked by _fenced
         for chunk in _chunks(list(t.data.items()), max_fields):
             yield chunk
@@ -249,18 +239,18 @@ class MemoryStorage:
         task: TaskKey,
         epoch: int,
         batch: int | None,
-        upserts: Sequence[tuple[str, bytes]],
-        deletes: Sequence[str],
+        change_set: ChangeSet,
         position: bytes | None,
         *,
         writer: str,
         durability: Durability,
     ) -> CommitResult:
         """Apply one change set atomically."""
-        self._fault("commit")
-        t = self.tasks.get(task)
-        self._fenced(task, t, epoch)
+        self.state.fault("commit")
+        t = self.state.tasks.get(task)
+        _fenced(task, t, epoch)
         assert t is not None  # noqa: S101 - checked by _fenced
+        upserts, deletes = change_set.upserts, change_set.deletes
         keys = [k for k, _ in upserts] + list(deletes)
         if batch is not None:
             if batch < t.batch:
@@ -299,33 +289,19 @@ class MemoryStorage:
         if position is not None:
             t.position = position
         base = t.version
-        self._log(t, keys)
+        _log_commit(t, keys)
         t.ver += 1
         t.updated_at = time.time()
         t.last_writer = writer
         return CommitResult(version=t.version, size=len(t.data), base_version=base)
 
-    @staticmethod
-    def _log(t: _Task, keys: list[str]) -> None:
-        """Log a commit's keys at the version it makes, trimmed as lua/commit.lua does."""
-        if t.log_ver != t.ver:
-            t.log, t.log_floor, t.log_n = {}, t.ver, 0
-        new = t.ver + 1
-        t.log[new] = keys
-        t.log_n += len(keys)
-        t.log_ver = new
-        limit = max(LOG_MIN, (len(t.data)) // LOG_FRACTION)
-        while t.log_n > limit and t.log_floor < new:
-            t.log_floor += 1
-            t.log_n -= len(t.log.pop(t.log_floor, []))
-
     async def changes_since(
         self, task: TaskKey, epoch: int, since: str, max_keys: int
     ) -> Delta | None:
-        """The keys changed since `since`; see base.Storage.changes_since."""
-        self._fault("changes")
-        t = self.tasks.get(task)
-        self._fenced(task, t, epoch)
+        """The keys changed since `since`; see base.TaskStore.changes_since."""
+        self.state.fault("changes")
+        t = self.state.tasks.get(task)
+        _fenced(task, t, epoch)
         assert t is not None  # noqa: S101 - checked by _fenced
         held = Version.parse(since)
         if held is None or held.gen != t.gen or t.log_ver != t.ver:
@@ -343,20 +319,20 @@ class MemoryStorage:
 
     async def version(self, task: TaskKey) -> str:
         """The version token of the task's committed content."""
-        t = self.tasks.get(task)
+        t = self.state.tasks.get(task)
         return t.version if t is not None else ""
 
     async def get(self, task: TaskKey, epoch: int, keys: Sequence[str]) -> list[bytes | None]:
         """Read keys (remote mode)."""
-        self._fault("get")
-        t = self.tasks.get(task)
-        self._fenced(task, t, epoch)
+        self.state.fault("get")
+        t = self.state.tasks.get(task)
+        _fenced(task, t, epoch)
         assert t is not None  # noqa: S101 - checked by _fenced
         return [t.data.get(k) for k in keys]
 
     async def describe(self, task: TaskKey) -> TaskMeta:
         """The task's metadata."""
-        t = self.tasks.get(task)
+        t = self.state.tasks.get(task)
         if t is None:
             return TaskMeta(task=task, exists=False)
         return TaskMeta(
@@ -374,119 +350,5 @@ class MemoryStorage:
             rollbacks=t.rollbacks,
             partitions=t.partitions
             if t.partitions is not None
-            else self.partition_counts.get((task.namespace, task.component)),
+            else self.state.partition_counts.get((task.namespace, task.component)),
         )
-
-    async def list_tasks(self, namespace: str, component: str | None) -> list[TaskMeta]:
-        """Every task of the namespace."""
-        keys = sorted(
-            (
-                k
-                for k in self.tasks
-                if k.namespace == namespace and (component is None or k.component == component)
-            ),
-            key=lambda k: (k.component, k.partition),
-        )
-        return [await self.describe(k) for k in keys]
-
-    def rescale(
-        self, namespace: str, component: str, to: int, key_type: str, quiet_s: float
-    ) -> AsyncIterator[RescaleProgress]:
-        """See base.Storage.rescale (rescale.py)."""
-        return rescale(self, namespace, component, to, key_type, quiet_s)
-
-    async def drop(self, namespace: str, component: str | None, partition: int | None) -> int:
-        """Delete tasks."""
-        doomed = [
-            k
-            for k in self.tasks
-            if k.namespace == namespace
-            and (component is None or k.component == component)
-            and (partition is None or k.partition == partition)
-        ]
-        for k in doomed:
-            del self.tasks[k]
-        if partition is None:  # a component dropped whole may come back at any count
-            for c in [c for c in self.partition_counts if c[0] == namespace]:
-                if component is None or c[1] == component:
-                    del self.partition_counts[c]
-        if doomed:
-            self.records.add(namespace)
-        return len(doomed)
-
-    async def read(
-        self, task: TaskKey, pattern: str | None, max_fields: int
-    ) -> AsyncIterator[Sequence[tuple[str | bytes, bytes]]]:
-        """The committed state without a claim (one version: nothing runs meanwhile)."""
-        t = self.tasks.get(task)
-        if t is None:
-            raise errors.not_found(task.fq, task.namespace)
-        items = [
-            (k, v) for k, v in t.data.items() if pattern is None or fnmatch.fnmatchcase(k, pattern)
-        ]
-        for chunk in _chunks(items, max_fields):
-            yield chunk
-
-    async def import_task(
-        self,
-        task: TaskKey,
-        entries: Sequence[tuple[str, bytes]],
-        *,
-        committed_batch: int,
-        position: bytes | None,
-        codec: str,
-        replace: bool,
-        append_epoch: int | None,
-        partitions: int | None = None,
-    ) -> tuple[int, int]:
-        """Create or extend a task from exported state (the partition count as Redis')."""
-        t = self.tasks.get(task)
-        if append_epoch is not None:
-            if t is None or t.epoch != append_epoch:
-                raise errors.fenced(task.fq, t.epoch if t else "none")
-            t.ver += 1
-        else:
-            component = (task.namespace, task.component)
-            recorded = self.partition_counts.get(component)
-            count = partitions if partitions is not None else recorded
-            if recorded is not None and count != recorded:
-                raise errors.import_partitions(task.fq, recorded, count)
-            if count is not None and task.partition >= count:
-                raise errors.import_partitions(task.fq, count, count)
-            if t is not None and not replace:
-                raise errors.already_exists(task.fq)
-            if count is not None:
-                self.partition_counts[component] = count
-            t = _Task(
-                epoch=(t.epoch if t else 0) + 1,
-                batch=committed_batch,
-                position=position,
-                codec=codec,
-                ver=1,
-                updated_at=time.time(),
-                last_writer="taskstate import",
-                partitions=count,
-            )
-            self.tasks[task] = t
-        t.data.update(entries)
-        return t.epoch, len(t.data)
-
-    async def namespaces(self) -> list[str]:
-        """Every namespace that has tasks."""
-        return sorted({k.namespace for k in self.tasks})
-
-    async def doctor(self, durability: Durability) -> DoctorReport:
-        """Process memory: nothing survives the sidecar, so only 'applied' is possible."""
-        ok = not durability.replicas and not durability.fsynced
-        detail = "possible" if ok else "the in-memory store has no replicas and no disk"
-        return DoctorReport(
-            topology="memory",
-            servers=[ServerReport("memory", "master", "-", False, "-", 0)],
-            checks=[Check(f"durability {durability}", ok, detail)],
-        )
-
-    async def ping(self) -> None:
-        """Always reachable."""
-
-    async def close(self) -> None:
-        """Nothing to release."""

@@ -1,12 +1,11 @@
-"""Operator calls on the Redis backend: describe, list, drop, read, import, doctor.
+"""Operator calls on the Redis backend: list, drop, adopt, edit, read, import, doctor.
 
 None of these claims a task: they serve `taskstate` (the CLI) through the sidecar's
-admin RPCs. `RedisAdmin` is the half of `RedisStorage` (store.py) that holds them.
+admin RPCs. The rescale is a room of its own (rescale.py), reached through `rescale`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -17,224 +16,89 @@ import redis.exceptions as rex
 
 from taskstate.proto import codes
 from taskstate.proto.durability import Durability
-from taskstate.proto.versions import token
 
 from ... import errors
 from ...errors import SidecarError
-from ..base import LAYOUT_VERSION, Check, DoctorReport, ServerReport, TaskKey, TaskMeta
-from ..connect import RedisSettings, redact
-from .durability import DurabilityWaits, text
-from .keys import (
-    ComponentRecord,
-    component_fields,
-    edits_key,
-    every_key,
-    index_key,
-    index_member,
-    index_task,
-    namespace_key,
-    task_keys,
-)
+from ..values import Check, DoctorReport, RescaleProgress, ServerReport, TaskKey, TaskMeta
+from . import meta
+from .connect import RedisSettings, redact
+from .keys import edits_key, every_key, task_keys
+from .records import NamespaceRecords
+from .replies import text
+from .rescale import Rescaler
 from .routing import Connection
 from .safety import ServerSafety, eviction_check, persistence_check
-from .scan import ServerChangedError, hscan_pages
+from .scan import Scanner, ServerChangedError
+from .scripts import Refused, refusal
+from .waits import DurabilityWaits
 
 
 class RedisAdmin:
-    """The operator half of the Redis backend (see store.RedisStorage)."""
+    """The operators' calls (base.AdminStore) on one Redis connection."""
 
-    settings: RedisSettings
-    _conn: Connection
-    _waits: DurabilityWaits
-
-    async def scan_page(
-        self, key: str, cursor: int, count: int, match: str | None = None
-    ) -> tuple[str, int, dict[Any, Any]]:
-        """One HSCAN page and the run id of the server that answered it."""
-        scan: tuple[Any, ...] = ("HSCAN", key, cursor, "COUNT", count)
-        if match is not None:
-            scan += ("MATCH", match)
-        _, replies = await self._conn.send(key, [scan, ("INFO", "server")])
-        for r in replies:
-            if isinstance(r, Exception):
-                raise r
-        (next_cursor, items), info = replies
-        return str(info.get("run_id", "")), int(next_cursor), items
-
-    async def version(self, task: TaskKey) -> str:
-        """The version token of the task's committed content."""
-        meta = task_keys(task)[0]
-        client = self._conn.client
-        gen, ver = await self._conn.run("version", lambda: client.hmget(meta, "gen", "ver"))
-        return token(text(gen), text(ver))
-
-    async def describe(self, task: TaskKey) -> TaskMeta:
-        """The task's metadata."""
-        meta, data, _, _ = task_keys(task)
-
-        async def call() -> Any:
-            pipe = self._conn.client.pipeline(transaction=False)
-            pipe.hgetall(meta)
-            pipe.hlen(data)
-            return await pipe.execute()
-
-        m, size = await self._conn.run("describe", call)
-        found = self._meta(task, m, int(size))
-        if found.exists and found.partitions is None:
-            counts = await self._recorded_counts(task.namespace)
-            found = dataclasses.replace(found, partitions=counts.get(task.component))
-        return found
-
-    async def _recorded_counts(self, namespace: str) -> dict[str, int]:
-        """The partition counts the namespace's record holds, by component."""
-        client = self._conn.client
-        record = namespace_key(namespace)
-        raw = await self._conn.run("describe", lambda: client.hgetall(record))
-        counts = {}
-        for name, value in raw.items():
-            field = text(name)
-            if field.startswith("partitions/") and text(value).isdigit():
-                counts[field.partition("/")[2]] = int(text(value))
-        return counts
-
-    @staticmethod
-    def _meta(task: TaskKey, m: dict[bytes, bytes], size: int) -> TaskMeta:
-        if not m:
-            return TaskMeta(task=task, exists=size > 0, size=size)
-
-        def num(name: str, default: str = "0") -> int:
-            try:
-                return int(text(m.get(name.encode())) or default)
-            except ValueError:
-                return -1
-
-        parts = text(m.get(b"partitions"))
-        return TaskMeta(
-            task=task,
-            exists=True,
-            committed_batch=num("batch", "-1"),
-            epoch=num("epoch"),
-            position=m.get(b"pos"),
-            size=size,
-            version=token(text(m.get(b"gen")), text(m.get(b"ver"))),
-            codec=text(m.get(b"codec")),
-            layout=num("layout", str(LAYOUT_VERSION)),
-            updated_at=float(text(m.get(b"updated_at")) or 0.0),
-            last_writer=text(m.get(b"last_writer")),
-            rollbacks=num("rollbacks"),
-            partitions=int(parts) if parts.isdigit() else None,
-            rescaling=b"rescale" in m,
-        )
-
-    async def _index(self, task: TaskKey) -> None:
-        """Record the task in its namespace's index (for listing)."""
-        member = index_member(task)
-        client = self._conn.client
-        await self._conn.run("index", lambda: client.sadd(index_key(task.namespace), member))
-
-    async def _known(self, task: TaskKey) -> tuple[bool, bool, ComponentRecord]:
-        """Whether the index records the task and the namespace is known; the component.
-
-        Indexed: the task had state once. Known: Redis has a record of its namespace (an
-        indexed task, or the record `adopt` and `drop` write).
-        """
-        index, record = index_key(task.namespace), namespace_key(task.namespace)
-
-        async def call() -> Any:
-            pipe = self._conn.client.pipeline(transaction=False)
-            pipe.sismember(index, index_member(task))
-            pipe.scard(index)
-            pipe.exists(record)
-            pipe.hmget(record, *component_fields(task.component))
-            return await pipe.execute()
-
-        indexed, members, has_record, (parts, rescale) = await self._conn.run("index", call)
-        component = ComponentRecord(int(text(parts)) if parts else None, text(rescale) or None)
-        return bool(indexed), bool(members) or bool(has_record), component
-
-    async def _record_partitions(self, task: TaskKey, partitions: int) -> None:
-        """Record the component's partition count, unless it has one (first Opens)."""
-        record = namespace_key(task.namespace)
-        field = component_fields(task.component)[0]
-        client = self._conn.client
-        await self._conn.run("index", lambda: client.hsetnx(record, field, partitions))
-
-    async def adopt(self, namespace: str) -> tuple[bool, int]:
-        """Record the namespace as going on from here: (known before, tasks indexed)."""
-        index, record = index_key(namespace), namespace_key(namespace)
-
-        async def call() -> Any:
-            pipe = self._conn.client.pipeline(transaction=False)
-            pipe.scard(index)
-            pipe.exists(record)
-            pipe.hset(record, "adopted_at", f"{time.time():.3f}")
-            # sidecars that refused a task of it because Redis lost commits accept it now
-            pipe.hincrby(record, "adoptions", 1)
-            return await pipe.execute()
-
-        members, has_record, _, _ = await self._conn.run("adopt", call)
-        return bool(members) or bool(has_record), int(members)
-
-    async def _adoptions(self, namespace: str) -> int:
-        """How many times `taskstate adopt` ran for the namespace (0: never)."""
-        client = self._conn.client
-        record = namespace_key(namespace)
-        raw = await self._conn.run("index", lambda: client.hget(record, "adoptions"))
-        return int(text(raw) or 0)
-
-    async def _members(self, namespace: str, component: str | None) -> list[TaskKey]:
-        client = self._conn.client
-        raw = await self._conn.run("list", lambda: client.smembers(index_key(namespace)))
-        tasks = []
-        for member in sorted(text(x) for x in raw):
-            task = index_task(namespace, member)
-            if task is not None and (component is None or task.component == component):
-                tasks.append(task)
-        tasks.sort(key=lambda t: (t.component, t.partition))
-        return tasks
+    def __init__(
+        self,
+        conn: Connection,
+        settings: RedisSettings,
+        waits: DurabilityWaits,
+        records: NamespaceRecords,
+        scanner: Scanner,
+    ) -> None:
+        self._conn = conn
+        self._settings = settings
+        self._waits = waits
+        self._records = records
+        self._scanner = scanner
+        self._rescaler = Rescaler(conn, records, scanner)
 
     async def list_tasks(self, namespace: str, component: str | None) -> list[TaskMeta]:
         """Every indexed task of the namespace (optionally one component)."""
-        return [await self.describe(t) for t in await self._members(namespace, component)]
+        tasks = await self._records.members(namespace, component)
+        return [await meta.describe(self._conn, self._records, t) for t in tasks]
+
+    async def namespaces(self) -> list[str]:
+        """Every namespace with an index set."""
+        return await self._records.namespaces()
+
+    async def adopt(self, namespace: str) -> tuple[bool, int]:
+        """Record the namespace as going on from here: (known before, tasks indexed)."""
+        return await self._records.adopt(namespace)
 
     async def drop(self, namespace: str, component: str | None, partition: int | None) -> int:
         """Delete the tasks' keys and their index entries."""
         if partition is not None and component is not None:
             targets = [TaskKey(namespace, component, partition)]
         else:
-            targets = await self._members(namespace, component)
+            targets = await self._records.members(namespace, component)
         dropped = 0
         client = self._conn.client
         for t in targets:
             keys = every_key(t)
 
-            async def call(keys: tuple[str, ...] = keys, t: TaskKey = t) -> Any:
-                n = await client.delete(*keys)
-                await client.srem(index_key(namespace), index_member(t))
-                return n
+            async def call(keys: tuple[str, ...] = keys) -> Any:
+                return await client.delete(*keys)
 
             if await self._conn.run("drop", call):
                 dropped += 1
-        record = namespace_key(namespace)
+            await self._records.unindex(t)
         if partition is None:  # a component dropped whole may come back at any count
-            names = await self._conn.run("drop", lambda: client.hkeys(record))
-            counts = [
-                n
-                for n in map(text, names)
-                if n.startswith("partitions/")
-                and (component is None or n == component_fields(component)[0])
-            ]
-            if counts:
-                await self._conn.run("drop", lambda: client.hdel(record, *counts))
+            await self._records.forget_counts(namespace, component)
         if targets:  # an explicit reset: the namespace goes on, known, even if now empty
-            now = f"{time.time():.3f}"
-            await self._conn.run("drop", lambda: client.hset(record, "reset_at", now))
+            await self._records.reset(namespace)
         return dropped
 
+    def rescale(
+        self, namespace: str, component: str, to: int, key_type: str, quiet_s: float
+    ) -> AsyncIterator[RescaleProgress]:
+        """See base.AdminStore.rescale (rescale.py)."""
+        return self._rescaler.run(namespace, component, to, key_type, quiet_s)
+
     async def edit(self, task: TaskKey, key: str, value: bytes | None, codec: str) -> bool:
-        """Set (or with None delete) one key; see base.Storage.edit (lua/edit.lua)."""
+        """Set (or with None delete) one key; see base.AdminStore.edit (lua/edit.lua)."""
         keys = (*task_keys(task), edits_key(task))
-        args = [key, value or b"", codec, f"{time.time():.3f}"]
+        args = self._conn.scripts["edit"].args(
+            key=key, value=value or b"", codec=codec, now=f"{time.time():.3f}"
+        )
 
         async def call() -> Any:
             return await self._conn.evalsha("edit", keys, args)
@@ -242,14 +106,7 @@ class RedisAdmin:
         try:
             return bool(await self._conn.run("edit", call))
         except rex.ResponseError as exc:
-            kind, _, detail = str(exc).partition(" ")
-            if kind == "TSNOTASK":
-                raise errors.not_found(task.fq, task.namespace) from None
-            if kind == "TSRESCALING":
-                raise errors.rescaling(task.fq, detail.rpartition(":")[2]) from None
-            if kind == "TSCODEC":
-                raise errors.codec_mismatch(task.fq, detail, codec) from None
-            raise
+            raise refusal(exc, Refused(task.fq, "edit", codec=codec)) from None
 
     async def read(
         self, task: TaskKey, pattern: str | None, max_fields: int
@@ -259,19 +116,17 @@ class RedisAdmin:
         The version token moves on every commit and rollback, so equal tokens before and
         after the scan mean every page came from one committed state.
         """
-        meta, data, _, _ = task_keys(task)
-        before = await self.describe(task)
+        data = task_keys(task)[1]
+        before = await meta.describe(self._conn, self._records, task)
         if not before.exists:
             raise errors.not_found(task.fq, task.namespace)
         try:
-            async for items in hscan_pages(
-                self._conn.run, self.scan_page, data, max_fields, pattern, "read"
-            ):
+            async for items in self._scanner.pages(data, max_fields, pattern, "read"):
                 yield list(items.items())
         except ServerChangedError:
             pass  # another server answers now: what was sent may not be one version
         else:
-            if await self.version(task) == before.version:
+            if await meta.version(self._conn, task) == before.version:
                 return
         raise SidecarError(
             codes.CHANGED,
@@ -291,22 +146,22 @@ class RedisAdmin:
         append_epoch: int | None,
         partitions: int | None = None,
     ) -> tuple[int, int]:
-        """Create or extend a task from exported state; see base.Storage.import_task."""
+        """Create or extend a task from exported state; see base.AdminStore.import_task."""
         keys = task_keys(task)
         mode = "append" if append_epoch is not None else "replace" if replace else "create"
         if append_epoch is None:
             partitions = await self._import_count(task, partitions)
-        args: list[Any] = [
-            mode,
-            str(append_epoch or 0),
-            str(committed_batch),
-            b"" if position is None else b"+" + position,
-            codec,
-            uuid.uuid4().hex,
-            f"{time.time():.3f}",
-            "" if partitions is None else str(partitions),
-            *chain.from_iterable(entries),
-        ]
+        args = self._conn.scripts["import"].args(
+            chain.from_iterable(entries),
+            mode=mode,
+            epoch=str(append_epoch or 0),
+            batch=str(committed_batch),
+            position=b"" if position is None else b"+" + position,
+            codec=codec,
+            new_gen=uuid.uuid4().hex,
+            now=f"{time.time():.3f}",
+            partitions="" if partitions is None else str(partitions),
+        )
 
         async def call() -> Any:
             return await self._conn.evalsha("import", keys, args)
@@ -314,20 +169,12 @@ class RedisAdmin:
         try:
             r = await self._conn.run("import", call)
         except rex.ResponseError as exc:
-            kind, _, detail = str(exc).partition(" ")
-            if kind == "TSEXISTS":
-                raise errors.already_exists(task.fq) from None
-            if kind == "TSFENCED":
-                raise SidecarError(
-                    codes.FENCED,
-                    f"task {task.fq}: another import or a running job claimed the task during "
-                    f"this import (epoch now {detail}); its state is incomplete. Stop the job "
-                    "and import again with --replace.",
-                ) from None
-            raise
-        await self._index(task)
+            raise refusal(exc, Refused(task.fq, "import")) from None
+        await self._records.index(task)
         if partitions is not None and append_epoch is None:
-            await self._record_import_count(task, partitions)
+            now = await self._records.record_partitions(task, partitions)
+            if now != partitions:  # another import or Open recorded another count meanwhile
+                raise errors.import_partitions(task.fq, now or 0, partitions)
         return int(r[0]), int(r[1])
 
     async def _import_count(self, task: TaskKey, partitions: int | None) -> int | None:
@@ -336,42 +183,13 @@ class RedisAdmin:
         The component's recorded count applies where the file has none; a file with another
         count is refused (PARTITIONS) before anything is written.
         """
-        recorded = await self._recorded(task.namespace, task.component)
+        recorded = await self._records.recorded(task.namespace, task.component)
         count = partitions if partitions is not None else recorded
         if recorded is not None and count != recorded:
             raise errors.import_partitions(task.fq, recorded, count)
         if count is not None and task.partition >= count:
             raise errors.import_partitions(task.fq, count, count)
         return count
-
-    async def _record_import_count(self, task: TaskKey, count: int) -> None:
-        """Record an imported task's count for its component, once the task is written."""
-        record, field_ = namespace_key(task.namespace), component_fields(task.component)[0]
-        client = self._conn.client
-        await self._conn.run("import", lambda: client.hsetnx(record, field_, count))
-        now = await self._recorded(task.namespace, task.component)
-        if now != count:  # another import or Open recorded another count meanwhile
-            raise errors.import_partitions(task.fq, now or 0, count)
-
-    async def _recorded(self, namespace: str, component: str) -> int | None:
-        """The component's partition count in the namespace's record (None: none)."""
-        record, field_ = namespace_key(namespace), component_fields(component)[0]
-        client = self._conn.client
-        raw = await self._conn.run("index", lambda: client.hget(record, field_))
-        return int(text(raw)) if raw else None
-
-    async def namespaces(self) -> list[str]:
-        """Every namespace with an index set (SCAN on every primary)."""
-        head, tail = index_key("*").split("*")  # the index key around the namespace
-        client = self._conn.client
-
-        async def call() -> list[str]:
-            found = set()
-            async for key in client.scan_iter(match=index_key("*"), count=1000):
-                found.add(text(key)[len(head) : -len(tail)])
-            return sorted(found)
-
-        return await self._conn.run("list", call)
 
     async def doctor(self, durability: Durability) -> DoctorReport:
         """Topology, each primary's version and persistence, and whether `durability` holds."""
@@ -382,7 +200,7 @@ class RedisAdmin:
         if conn.kind == "cluster":  # each_server went through the primaries in this order
             addresses = [f"{n.host}:{n.port}" for n in conn.client.get_primaries()]
         else:
-            addresses = [redact(self.settings.url)]
+            addresses = [redact(self._settings.url)]
         servers = [
             ServerReport(
                 address=address,
@@ -418,11 +236,3 @@ class RedisAdmin:
         except rex.ResponseError:
             return [None] * n
         return [text(c.get(name) if name in c else c.get(name.encode(), "")) for c in configs]
-
-    async def ping(self) -> None:
-        """Raise when Redis (every primary of a cluster) cannot be reached."""
-        await self._conn.ping()
-
-    async def close(self) -> None:
-        """Close the connection pool."""
-        await self._conn.close()

@@ -34,7 +34,7 @@ from typing import Literal, NamedTuple
 
 from taskstate.proto.ids import fq_task_id
 
-from ..base import TaskKey
+from ..values import TaskKey
 
 Kind = Literal["data", "meta", "undo", "log", "edits", "stage", "stage_undo"]
 

@@ -41,20 +41,13 @@ from taskstate.proto.ids import fq_task_id
 from ... import errors
 from ...errors import SidecarError
 from ...spark_hash import KEY_TYPES, partition_of
-from ..base import RescaleProgress, TaskKey
-from .durability import text
-from .keys import (
-    component_fields,
-    edits_key,
-    every_key,
-    index_key,
-    index_member,
-    namespace_key,
-    task_key,
-    task_keys,
-)
+from ..values import RescaleProgress, TaskKey
+from .keys import component_fields, edits_key, every_key, namespace_key, task_key, task_keys
+from .records import NamespaceRecords
+from .replies import text
 from .routing import Connection
-from .scan import ScanPage, ServerChangedError, hscan_pages
+from .scan import Scanner, ServerChangedError
+from .scripts import Refused, refusal
 
 PAGE = 2000  # fields per HSCAN page and per staging write
 
@@ -81,22 +74,18 @@ class Plan:
         return f"{self.id}:{self.to}"
 
 
-class RedisRescale:
-    """The rescale half of the Redis backend (see store.RedisStorage)."""
+class Rescaler:
+    """A component's move to another partition count, on one Redis connection."""
 
-    _conn: Connection
-    scan_page: ScanPage
+    def __init__(self, conn: Connection, records: NamespaceRecords, scanner: Scanner) -> None:
+        self._conn = conn
+        self._records = records
+        self._scanner = scanner
 
-    async def _members(self, namespace: str, component: str | None) -> list[TaskKey]:
-        raise NotImplementedError  # admin.RedisAdmin
-
-    async def _recorded(self, namespace: str, component: str) -> int | None:
-        raise NotImplementedError  # admin.RedisAdmin
-
-    async def rescale(
+    async def run(
         self, namespace: str, component: str, to: int, key_type: str, quiet_s: float
     ) -> AsyncIterator[RescaleProgress]:
-        """See base.Storage.rescale."""
+        """See base.AdminStore.rescale."""
         if key_type not in KEY_TYPES:
             raise errors.bad_argument(f"key type {key_type!r} is not one of {', '.join(KEY_TYPES)}")
         if to < 1:
@@ -119,7 +108,7 @@ class RedisRescale:
         else:
             made = await self._plan(namespace, component, to, key_type, quiet_s)
             if made is None:  # nothing would move
-                n = await self._recorded(namespace, component)
+                n = await self._records.recorded(namespace, component)
                 yield RescaleProgress("done", from_partitions=n or to, to_partitions=to)
                 return
             plan = made
@@ -134,8 +123,9 @@ class RedisRescale:
         )
         if plan.phase == "lock":
             for i, p in enumerate(plan.sources):
-                meta = task_keys(TaskKey(namespace, component, p))[0]
-                await self._script("rescale_lock", (meta,), [plan.lock, f"{time.time():.3f}"])
+                task = TaskKey(namespace, component, p)
+                lock, now = plan.lock, f"{time.time():.3f}"
+                await self._script("rescale_lock", task, task_keys(task)[:1], lock=lock, now=now)
                 yield RescaleProgress("lock", i + 1, len(plan.sources))
             plan.phase = "copy"
             await self._save(namespace, component, plan)
@@ -149,25 +139,27 @@ class RedisRescale:
             for t in range(to):
                 task = TaskKey(namespace, component, t)
                 keys = (*task_keys(task), *_staging(task), edits_key(task))
-                args = [
-                    plan.lock,
-                    str(to),
-                    str(plan.batch),
-                    "" if plan.prev is None else str(plan.prev),
-                    gen,
-                    f"{time.time():.3f}",
-                    plan.codec,
-                ]
-                await self._script("rescale_commit", keys, args)
-                await self._redis("SADD", index_key(namespace), index_member(task))
+                await self._script(
+                    "rescale_commit",
+                    task,
+                    keys,
+                    lock=plan.lock,
+                    partitions=str(to),
+                    batch=str(plan.batch),
+                    prev_batch="" if plan.prev is None else str(plan.prev),
+                    new_gen=gen,
+                    now=f"{time.time():.3f}",
+                    codec=plan.codec,
+                )
+                await self._records.index(task)
                 yield RescaleProgress("commit", t + 1, to)
             plan.phase = "retire"
             await self._save(namespace, component, plan)
         gone = [p for p in plan.sources if p >= to]
         for i, p in enumerate(gone):
             task = TaskKey(namespace, component, p)
-            await self._script("rescale_retire", every_key(task), [plan.lock])
-            await self._redis("SREM", index_key(namespace), index_member(task))
+            await self._script("rescale_retire", task, every_key(task), lock=plan.lock)
+            await self._records.unindex(task)
             yield RescaleProgress("retire", i + 1, len(gone))
 
         async def finish() -> Any:
@@ -191,7 +183,7 @@ class RedisRescale:
     async def _plan(
         self, namespace: str, component: str, to: int, key_type: str, quiet_s: float
     ) -> Plan | None:
-        sources = [t.partition for t in await self._members(namespace, component)]
+        sources = [t.partition for t in await self._records.members(namespace, component)]
         if not sources:
             raise SidecarError(
                 codes.NOT_FOUND,
@@ -215,7 +207,7 @@ class RedisRescale:
             raise errors.corrupt(
                 f"{namespace}/{component}", f"its tasks use codecs {sorted(codecs)}"
             )
-        recorded = await self._recorded(namespace, component)
+        recorded = await self._records.recorded(namespace, component)
         counts = {int(m["partitions"]) for m in metas.values() if m["partitions"]}
         from_count = recorded or (max(counts) if counts else max(sources) + 1)
         if from_count == to and max(sources) < to:
@@ -347,9 +339,7 @@ class RedisRescale:
 
     async def _pages(self, key: str) -> AsyncIterator[dict[Any, Any]]:
         try:
-            async for page in hscan_pages(
-                self._conn.run, self.scan_page, key, PAGE, None, "rescale"
-            ):
+            async for page in self._scanner.pages(key, PAGE, None, "rescale"):
                 yield page
         except ServerChangedError:
             raise SidecarError(
@@ -359,21 +349,16 @@ class RedisRescale:
                 "it goes on where it stopped.",
             ) from None
 
-    async def _script(self, name: str, keys: Sequence[str], args: Sequence[str]) -> Any:
+    async def _script(self, name: str, task: TaskKey, keys: Sequence[str], **args: str) -> Any:
+        argv = self._conn.scripts[name].args(**args)
+
         async def call() -> Any:
-            return await self._conn.evalsha(name, keys, args)
+            return await self._conn.evalsha(name, keys, argv)
 
         try:
             return await self._conn.run("rescale", call)
         except rex.ResponseError as exc:
-            kind, _, detail = str(exc).partition(" ")
-            if kind == "TSRESCALING":
-                raise SidecarError(
-                    codes.PARTITIONS,
-                    f"{keys[0]} is held by another rescale ({detail}). Nothing more was "
-                    "changed. Finish that one first (run it again with its --to).",
-                ) from None
-            raise
+            raise refusal(exc, Refused(task.fq, name)) from None
 
     async def _unlink(self, keys: Sequence[str]) -> None:
         for k in keys:  # one slot each

@@ -1,6 +1,6 @@
 """One connection to the Redis that holds the state, and how a command finds its server.
 
-`Connection` owns the client (standalone, Sentinel or Cluster; see storage/connect.py),
+`Connection` owns the client (standalone, Sentinel or Cluster; see connect.py),
 the retry policy, the cluster's slot routing (MOVED / ASK followed by hand, so that a
 WAIT or an HSCAN stays on the server that took the write or issued the cursor) and the
 script cache (loaded again on NOSCRIPT).
@@ -20,7 +20,7 @@ from taskstate.proto import codes
 from ... import metrics
 from ...errors import SidecarError
 from ...retry import RetryPolicy
-from ..connect import RedisSettings, create_client
+from .connect import RedisSettings, create_client
 from .scripts import load_all
 
 T = TypeVar("T")

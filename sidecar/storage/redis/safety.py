@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..base import Check
+from ..values import Check
 
 PERSISTENCE = "persistence"
 EVICTION = "eviction"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from taskstate.proto.versions import Version, token
 
-from ..base import TaskKey
+from ..values import TaskKey
 
 LIMIT = 50_000
 

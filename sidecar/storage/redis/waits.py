@@ -16,15 +16,9 @@ from taskstate.proto import codes
 from taskstate.proto.durability import Durability
 
 from ...errors import SidecarError
-from ..base import Check, ServerReport, TaskKey
+from ..values import Check, ServerReport, TaskKey
+from .replies import text
 from .routing import Connection
-
-
-def text(v: bytes | str | None) -> str:
-    """A reply field as text ('' for none)."""
-    if v is None:
-        return ""
-    return v.decode() if isinstance(v, bytes) else v
 
 
 class DurabilityWaits:
