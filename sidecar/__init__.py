@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .server import Sidecar, SidecarConfig
+    from .config import SidecarConfig
+    from .server import Sidecar
 
 __all__ = ["Sidecar", "SidecarConfig"]
 

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 
 from . import logs
 from .auth import Authorizer, TokenConfigError
-from .server import SidecarConfig, run
+from .config import SidecarConfig
+from .server import run
 from .storage.redis.connect import RedisSettings, RedisUrlError, TlsFiles
 
 

@@ -7,7 +7,6 @@ import logging
 import os
 import signal
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -20,85 +19,16 @@ from redis.exceptions import RedisError
 from taskstate.proto.durability import Durability
 
 from . import metrics
-from .auth import Authorizer
-from .flush import DEFAULT_FLUSH_TIMEOUT_S, BarrierServer, FlushCoordinator
+from .config import LOOPBACK, ConfigError, Limits, SidecarConfig, listen_address
+from .flush import BarrierServer, FlushCoordinator
 from .retry import RetryPolicy, is_permanent_connection_error
-from .service import SERVICE_NAME, Limits, TaskStateServicer, add_to_server
+from .rpc.service import SERVICE_NAME, add_to_server
 from .storage.base import Backend
 from .storage.redis.backend import RedisBackend
 from .storage.redis.connect import RedisSettings, RedisUrlError, redact
 from .storage.redis.safety import EVICTION, PERSISTENCE
 
 log = logging.getLogger("taskstate.sidecar")
-
-
-class ConfigError(ValueError):
-    """Bad sidecar settings; the message says which and what to do."""
-
-
-@dataclass(frozen=True)
-class SidecarConfig:
-    """Everything the sidecar needs, parsed once from the command line."""
-
-    redis_url: str
-    listen: tuple[str, ...] = field(default_factory=tuple)
-    max_message_bytes: int = 64 << 20
-    drain_seconds: float = 30.0
-    redis_deadline_s: float = 10.0
-    durability_timeout_ms: int | None = None  # None: 5000, or half the deadline
-    log_level: str = "info"
-    parent_pid: int | None = None
-    # no start-up warning about a Redis that can lose state (storage/redis/safety.py)
-    allow_volatile_redis: bool = False
-    # Secrets and TLS files beside the URL; None: the URL alone.
-    redis: RedisSettings | None = None
-    health_interval_s: float = 1.0
-    # Prometheus /metrics: None = off; 0 picks a free port (printed in the ready line).
-    metrics_port: int | None = None
-    metrics_host: str = "0.0.0.0"  # noqa: S104 - Prometheus scrapes the pod IP
-    # Unix sockets: who may connect (owner and group only, by default).
-    socket_mode: int = 0o660
-    socket_group: int | None = None
-    # TCP listeners: TLS (server certificate; with a client CA, mutual TLS) unless the
-    # operator explicitly allows plaintext on a loopback address.
-    tls_cert: str | None = None
-    tls_key: str | None = None
-    tls_client_ca: str | None = None
-    insecure_tcp_loopback: bool = False
-    # Limits (each refusal names its setting)
-    max_commit_keys: int = 1_000_000
-    max_key_bytes: int = 4096
-    max_value_bytes: int = 16 << 20
-    max_in_flight: int = 1024
-    max_streams_per_connection: int = 100
-    # Tokens (from --tokens-file or $TASKSTATE_TOKENS); None: no tokens.
-    auth: Authorizer | None = None
-    # The executor plugin's flush barrier (a Unix socket path); None: group blocks commit
-    # one by one, as without the plugin.
-    barrier: str | None = None
-    flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S
-
-    def __repr__(self) -> str:
-        return f"SidecarConfig(redis_url={redact(self.redis_url)!r}, listen={self.listen!r})"
-
-
-_LOOPBACK = frozenset({"127.0.0.1", "::1", "localhost"})
-
-
-def _listen_address(spec: str) -> tuple[str, Path | None]:
-    """`unix:///path` or `tcp://host:port` -> (grpc address, socket path)."""
-    if spec.startswith("unix://"):
-        path = spec[len("unix://") :]
-        if not path.startswith("/"):
-            raise ConfigError(f"--listen {spec!r}: use an absolute path, unix:///run/x.sock")
-        return f"unix:{path}", Path(path)
-    if spec.startswith("tcp://"):
-        hostport = spec[len("tcp://") :]
-        host, sep, port = hostport.rpartition(":")
-        if not sep or not port.isdigit() or not host:
-            raise ConfigError(f"--listen {spec!r}: use tcp://HOST:PORT (PORT 0 picks a free one)")
-        return hostport, None
-    raise ConfigError(f"--listen {spec!r}: use unix:///PATH or tcp://HOST:PORT")
 
 
 class Sidecar:
@@ -139,20 +69,18 @@ class Sidecar:
             self.flush = FlushCoordinator(config.flush_timeout_s)
             self.barrier = BarrierServer(self.flush, Path(config.barrier))
         add_to_server(
-            TaskStateServicer(
-                self.storage,
-                Limits(
-                    config.max_message_bytes,
-                    config.max_commit_keys,
-                    config.max_key_bytes,
-                    config.max_value_bytes,
-                    config.max_in_flight,
-                ),
-                redact(config.redis_url),
-                config.auth,
-                self.flush,
-            ),
             self.server,
+            self.storage,
+            limits=Limits(
+                config.max_message_bytes,
+                config.max_commit_keys,
+                config.max_key_bytes,
+                config.max_value_bytes,
+                config.max_in_flight,
+            ),
+            redis_url=redact(config.redis_url),
+            auth=config.auth,
+            flush=self.flush,
         )
         self.health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -248,7 +176,7 @@ class Sidecar:
         if reachable and not self.config.allow_volatile_redis:
             await self._warn_if_redis_can_lose_state()
         for spec in self.config.listen:
-            addr, path = _listen_address(spec)
+            addr, path = listen_address(spec)
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 if path.exists() or path.is_symlink():
@@ -303,7 +231,7 @@ class Sidecar:
         if c.tls_client_ca:
             raise ConfigError("--tls-client-ca needs --tls-cert and --tls-key")
         host = addr.rpartition(":")[0].strip("[]")
-        if c.insecure_tcp_loopback and host in _LOOPBACK:
+        if c.insecure_tcp_loopback and host in LOOPBACK:
             log.warning("plaintext TCP listener on loopback", extra={"listen": spec})
             return self.server.add_insecure_port(addr)
         raise ConfigError(
@@ -312,7 +240,7 @@ class Sidecar:
             "for mutual TLS), or use a Unix socket"
             + (
                 ", or for a loopback address only, --insecure-tcp-loopback."
-                if host in _LOOPBACK
+                if host in LOOPBACK
                 else ". Plaintext is allowed only on a loopback address (127.0.0.1, ::1)."
             )
         )

@@ -18,7 +18,8 @@ import threading
 from concurrent.futures import Future
 from pathlib import Path
 
-from taskstate.sidecar.server import Sidecar, SidecarConfig
+from taskstate.sidecar.config import SidecarConfig
+from taskstate.sidecar.server import Sidecar
 from taskstate.sidecar.storage.memory.backend import MemoryBackend
 
 

@@ -1,0 +1,218 @@
+"""The call guard: what every RPC goes through, whatever it does.
+
+Each call is counted, held to the in-flight limit, authorized, logged with its task, and
+its failure turned into a status, in one place.
+
+The RPC bodies (task.py, admin.py, flush.py) take a request and return an answer; they
+know nothing of gRPC contexts, metrics of requests or tokens. A failure leaves as a gRPC
+status whose trailing metadata carries the stable taskstate code
+(`taskstate.proto.codes`); no Python traceback crosses the wire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, NoReturn, TypeVar
+
+from grpc import aio
+
+from taskstate.proto import codes, ids
+
+from .. import metrics
+from ..auth import Authorizer, Grant
+from ..config import limit_error
+from ..errors import SidecarError
+from ..logs import REQUEST
+
+log = logging.getLogger("taskstate.sidecar")
+T = TypeVar("T")
+Context = aio.ServicerContext[Any, Any]
+
+# what a token refusal says the caller tried to do
+VERBS = {
+    "Open": "open",
+    "Restore": "restore",
+    "Commit": "commit to",
+    "Get": "read",
+    "MultiGet": "read",
+    "Describe": "describe",
+    "List": "list",
+    "Drop": "drop",
+    "Adopt": "adopt",
+    "Rescale": "rescale",
+    "Edit": "edit",
+    "Read": "read",
+    "Import": "import into",
+    "Doctor": "diagnose",
+    "Attach": "defer commits to",
+}
+
+_GRANT: ContextVar[Grant | None] = ContextVar("taskstate_grant", default=None)
+
+
+def current_grant() -> Grant | None:
+    """The grant of the call being served (None when tokens are off)."""
+    return _GRANT.get()
+
+
+def namespace_of(request: Any) -> str | None:
+    """The namespace a request touches: its task's, or its own field (List, Drop, Adopt)."""
+    task = getattr(request, "task", None)
+    if task is not None:
+        return str(task.namespace)
+    return getattr(request, "namespace", "") or None
+
+
+def _request_fields(request: Any) -> dict[str, Any]:
+    """task, batch and epoch of a request, for its log records (only what it carries)."""
+    out: dict[str, Any] = {}
+    t = getattr(request, "task", None)
+    if t is not None and t.namespace:
+        out["task"] = ids.fq_task_id(t.namespace, t.component, t.partition)
+    elif namespace_of(request):
+        out["namespace"] = request.namespace
+    if request is not None and "batch" in request.DESCRIPTOR.fields_by_name:
+        if request.HasField("batch"):
+            out["batch"] = request.batch
+    if getattr(request, "epoch", 0):
+        out["epoch"] = request.epoch
+    return out
+
+
+def _naming_task(exc: SidecarError, request: Any) -> SidecarError:
+    """`exc` with "task NS/COMPONENT/PARTITION: " in front, when it does not say which."""
+    task = getattr(request, "task", None)
+    if task is None or exc.message.startswith("task "):
+        return exc
+    fq = ids.fq_task_id(task.namespace, task.component, task.partition)
+    return SidecarError(exc.code, f"task {fq}: {exc.message}")
+
+
+@contextmanager
+def observed(method: str, request: Any) -> Iterator[list[str]]:
+    """Count the call (in flight, then by outcome) and tag its log records.
+
+    The caller puts the outcome's code in the yielded list; nothing there means "ok".
+    """
+    token = REQUEST.set(_request_fields(request))
+    gauge = metrics.IN_FLIGHT.labels(method)
+    gauge.inc()
+    outcome: list[str] = []
+    try:
+        yield outcome
+    except BaseException:
+        if not outcome:
+            outcome.append(codes.INTERNAL)
+        raise
+    finally:
+        gauge.dec()
+        metrics.REQUESTS.labels(method, outcome[0] if outcome else "ok").inc()
+        try:
+            REQUEST.reset(token)
+        except ValueError:  # a stream closed from another context: that context ends anyway
+            pass
+
+
+async def abort(context: Context, exc: SidecarError) -> NoReturn:
+    """End the call with the error's status, its taskstate code in the trailing metadata."""
+    log.info("request refused", extra={"code": exc.code, "error": exc.message})
+    await context.abort(
+        exc.status, exc.message, trailing_metadata=((codes.METADATA_KEY, exc.code),)
+    )
+    raise AssertionError("abort returned")  # pragma: no cover
+
+
+class Guard:
+    """What every call goes through, whatever it does."""
+
+    def __init__(self, max_in_flight: int, auth: Authorizer | None) -> None:
+        self.max_in_flight = max_in_flight
+        self.auth = auth  # None: no tokens (the socket's permissions are the gate)
+        self._in_flight = 0
+
+    @contextmanager
+    def _slot(self, what: str) -> Iterator[None]:
+        """Hold one of --max-in-flight request slots; refuse (LIMIT) when none is free."""
+        if self._in_flight >= self.max_in_flight:
+            raise limit_error(
+                f"{what}: the sidecar is serving {self._in_flight} requests, its limit "
+                f"(--max-in-flight {self.max_in_flight}). Retry shortly; if this is "
+                "steady, run more sidecars or raise --max-in-flight."
+            )
+        self._in_flight += 1
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+
+    def _authorize(self, context: Context, what: str, request: Any) -> None:
+        """With tokens on: the caller's grant, refused unless it covers the namespace."""
+        if self.auth is None:
+            _GRANT.set(None)
+            return
+        metadata: Any = context.invocation_metadata()
+        _GRANT.set(self.auth.check(metadata, namespace_of(request), VERBS.get(what, what)))
+
+    async def unary(
+        self, context: Context, what: str, request: Any, fn: Callable[[Any], Awaitable[T]]
+    ) -> T:
+        """Serve one unary call: counted, within the limits, authorized, errors mapped."""
+        with observed(what, request) as outcome:
+            try:
+                with self._slot(what):
+                    self._authorize(context, what, request)
+                    return await fn(request)
+            except Exception as exc:
+                await self._refuse(context, what, request, outcome, exc)
+
+    async def stream(
+        self, context: Context, what: str, request: Any, fn: Callable[[Any], AsyncIterator[T]]
+    ) -> AsyncIterator[T]:
+        """`unary` for a server-streaming call."""
+        with observed(what, request) as outcome:
+            try:
+                with self._slot(what):
+                    self._authorize(context, what, request)
+                    async for item in fn(request):
+                        yield item
+            except Exception as exc:
+                await self._refuse(context, what, request, outcome, exc)
+
+    async def bidi(
+        self, context: Context, what: str, requests: Any, fn: Callable[[Any], AsyncIterator[T]]
+    ) -> AsyncIterator[T]:
+        """A long-lived bidirectional stream (Attach): not held to --max-in-flight.
+
+        Any valid token may open one; the stream's end by cancellation (the worker went
+        away) is a normal end.
+        """
+        with observed(what, None) as outcome:
+            try:
+                self._authorize(context, what, None)
+                async for item in fn(requests):
+                    yield item
+            except asyncio.CancelledError:
+                outcome.append("ok")
+                raise
+            except Exception as exc:
+                await self._refuse(context, what, None, outcome, exc)
+
+    async def _refuse(
+        self, context: Context, what: str, request: Any, outcome: list[str], exc: Exception
+    ) -> NoReturn:
+        """End a failed call: a SidecarError's code, or INTERNAL (the log gets the trace)."""
+        if isinstance(exc, SidecarError):
+            outcome.append(exc.code)
+            if exc.code == codes.FENCED:
+                metrics.FENCED.inc()
+            await abort(context, _naming_task(exc, request))
+        outcome.append(codes.INTERNAL)
+        log.error("unexpected failure in %s", what, exc_info=exc)
+        await abort(
+            context,
+            SidecarError(codes.INTERNAL, f"internal error in {what}: {type(exc).__name__}"),
+        )

@@ -1,0 +1,144 @@
+"""Registration: every RPC of the .proto, served by its audience's class behind the guard.
+
+The task calls (task.py) get the backend's task store wrapped in the metered layer; the
+operators' calls (admin.py) its admin store; Attach (flush.py) the flush coordinator.
+Requests that do not parse get INVALID_ARGUMENT with a taskstate code, not gRPC's bare
+UNKNOWN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from grpc import aio
+
+from taskstate.proto import codes
+from taskstate.proto import taskstate_pb2 as pb
+
+from ..auth import Authorizer
+from ..config import Limits
+from ..flush import FlushCoordinator
+from ..storage.base import Backend
+from ..storage.metered import MeteredTaskStore
+from .admin import AdminRpcs
+from .flush import FlushRpcs
+from .guard import Context, Guard, abort, observed
+from .task import TaskRpcs
+from .wire import bad
+
+_SERVICE = pb.DESCRIPTOR.services_by_name["TaskStateService"]
+SERVICE_NAME = _SERVICE.full_name
+
+# MultiGet is counted as Get: one series of reads, as the metrics always had it
+_LABELS = {"MultiGet": "Get"}
+
+
+@dataclass(frozen=True, slots=True)
+class _Malformed:
+    """Bytes that are not the request message (or carry a string that is not UTF-8)."""
+
+    message: str
+    error: str
+
+
+def _lenient(cls: Any) -> Callable[[bytes], Any]:
+    def parse(raw: bytes) -> Any:
+        try:
+            return cls.FromString(raw)
+        except Exception as exc:  # DecodeError, or invalid UTF-8 in a string field
+            return _Malformed(cls.DESCRIPTOR.name, str(exc)[:200])
+
+    return parse
+
+
+async def _refuse_malformed(method: str, bad_request: _Malformed, context: Context) -> None:
+    with observed(method, None) as outcome:
+        outcome.append(codes.INVALID_ARGUMENT)
+        await abort(
+            context,
+            bad(
+                f"{method}: the request is not a valid {bad_request.message} "
+                f"({bad_request.error}). Use a taskstate client or the stubs generated from "
+                "proto/taskstate.proto."
+            ),
+        )
+
+
+def _unary(guard: Guard, name: str, impl: Any) -> Callable[..., Awaitable[Any]]:
+    label = _LABELS.get(name, name)
+
+    async def handle(request: Any, context: Context) -> Any:
+        if isinstance(request, _Malformed):
+            await _refuse_malformed(name, request, context)
+        return await guard.unary(context, label, request, impl)
+
+    return handle
+
+
+def _stream(guard: Guard, name: str, impl: Any) -> Callable[..., AsyncIterator[Any]]:
+    async def handle(request: Any, context: Context) -> AsyncIterator[Any]:
+        if isinstance(request, _Malformed):
+            await _refuse_malformed(name, request, context)
+        async for item in guard.stream(context, name, request, impl):
+            yield item
+
+    return handle
+
+
+def _bidi(guard: Guard, name: str, impl: Any) -> Callable[..., AsyncIterator[Any]]:
+    async def handle(requests: Any, context: Context) -> AsyncIterator[Any]:
+        async for item in guard.bidi(context, name, requests, impl):
+            yield item
+
+    return handle
+
+
+def add_to_server(
+    server: aio.Server,
+    backend: Backend,
+    *,
+    limits: Limits,
+    redis_url: str = "",
+    auth: Authorizer | None = None,
+    flush: FlushCoordinator | None = None,
+) -> None:
+    """Serve taskstate.v1.TaskStateService on `server` from `backend`.
+
+    Like the generated helper, except that each RPC runs behind the call guard and that
+    bytes that are not the request message get INVALID_ARGUMENT with a taskstate code.
+    """
+    guard = Guard(limits.max_in_flight, auth)
+    tasks = MeteredTaskStore(backend.tasks)
+    audiences = (
+        TaskRpcs(tasks, limits, flush_barrier=flush is not None),
+        AdminRpcs(backend.admin, tasks, limits, redis_url),
+        FlushRpcs(flush),
+    )
+    handlers = {}
+    for m in _SERVICE.methods:
+        impl = next((getattr(a, m.name) for a in audiences if hasattr(a, m.name)), None)
+        if impl is None:
+            raise TypeError(f"no RPC class serves {SERVICE_NAME}/{m.name}")
+        out = getattr(pb, m.output_type.name).SerializeToString
+        if m.client_streaming:  # Attach: a bidirectional stream of small control messages
+            handlers[m.name] = grpc.stream_stream_rpc_method_handler(
+                _bidi(guard, m.name, impl),
+                request_deserializer=getattr(pb, m.input_type.name).FromString,
+                response_serializer=out,
+            )
+        elif m.server_streaming:
+            handlers[m.name] = grpc.unary_stream_rpc_method_handler(
+                _stream(guard, m.name, impl),
+                request_deserializer=_lenient(getattr(pb, m.input_type.name)),
+                response_serializer=out,
+            )
+        else:
+            handlers[m.name] = grpc.unary_unary_rpc_method_handler(
+                _unary(guard, m.name, impl),
+                request_deserializer=_lenient(getattr(pb, m.input_type.name)),
+                response_serializer=out,
+            )
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))

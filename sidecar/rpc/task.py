@@ -1,0 +1,134 @@
+"""The calls of Spark tasks: Open, Restore, Commit, Get, MultiGet, Describe.
+
+Each takes a request and returns its answer; the call guard (guard.py) counts, limits,
+authorizes and maps errors around it, and the store it is given measures (metered.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+
+import msgpack
+
+from taskstate.proto import ids
+from taskstate.proto import taskstate_pb2 as pb
+
+from ..config import Limits
+from ..logs import REQUEST
+from ..restore import stream_restore
+from ..storage.base import TaskStore
+from . import wire
+from .wire import bad
+
+log = logging.getLogger("taskstate.sidecar")
+
+
+class TaskRpcs:
+    """taskstate.v1.TaskStateService's task calls over a TaskStore."""
+
+    def __init__(self, store: TaskStore, limits: Limits, flush_barrier: bool) -> None:
+        self.store = store
+        self.limits = limits
+        self.flush_barrier = flush_barrier  # the executor plugin's barrier runs beside us
+
+    async def Open(self, request: pb.OpenRequest) -> pb.OpenResponse:  # noqa: N802
+        """Claim the task for an attempt; roll back a replayed batch (see the .proto)."""
+        task = wire.task_key(request.task)
+        batch = wire.batch(request, task.fq)
+        durability = wire.durability(request.durability, request.replicas, task.fq)
+        codec = wire.codec(request.codec, task.fq)
+        problem = ids.attempt_problem(request.attempt_id)
+        if problem:
+            raise bad(f"task {task.fq}: {problem}")
+        r = await self.store.open(
+            task,
+            batch,
+            codec=codec,
+            writer=wire.writer(request.writer),
+            durability=durability,
+            attempt=request.attempt_id,
+            partitions=wire.declared_partitions(request.partitions, task),
+        )
+        REQUEST.set({**(REQUEST.get() or {}), "epoch": r.epoch})
+        log.log(
+            logging.INFO if r.rolled_back else logging.DEBUG,
+            "task opened (replayed batch rolled back)" if r.rolled_back else "task opened",
+            extra={
+                "task": task.fq,
+                "batch": batch,
+                "epoch": r.epoch,
+                "attempt": request.attempt_id,
+                "reused_claim": r.reused_claim,
+                "rolled_back": r.rolled_back,
+                "rolled_back_keys": r.rolled_back_keys,
+            },
+        )
+        return pb.OpenResponse(
+            epoch=r.epoch,
+            committed_batch=r.committed_batch,
+            position=r.position or b"",
+            has_position=r.position is not None,
+            size=r.size,
+            version=r.version,
+            rolled_back=r.rolled_back,
+            rolled_back_keys=r.rolled_back_keys,
+            packed_commits=True,
+            reused_claim=r.reused_claim,
+            packed_gets=True,
+            flush_barrier=self.flush_barrier,
+        )
+
+    async def Restore(self, request: pb.RestoreRequest) -> AsyncIterator[pb.RestoreChunk]:  # noqa: N802
+        """The task's state, whole or as a delta, in chunks (restore.py)."""
+        task = wire.task_key(request.task)
+        epoch = wire.epoch(request.epoch, task.fq)
+        async for chunk in stream_restore(self.store, task, epoch, request):
+            yield chunk
+
+    async def Commit(self, request: pb.CommitRequest) -> pb.CommitResponse:  # noqa: N802
+        """Apply one change set, fenced by the epoch."""
+        task = wire.task_key(request.task)
+        epoch = wire.epoch(request.epoch, task.fq)
+        batch = wire.batch(request, task.fq)
+        durability = wire.durability(request.durability, request.replicas, task.fq)
+        changes = wire.change_set(request, task.fq, self.limits)
+        r = await self.store.commit(
+            task,
+            epoch,
+            batch,
+            changes,
+            request.position if request.has_position else None,
+            writer=wire.writer(request.writer),
+            durability=durability,
+        )
+        return pb.CommitResponse(
+            version=r.version,
+            size=r.size,
+            replicas_acked=r.replicas_acked,
+            base_version=r.base_version,
+        )
+
+    async def Get(self, request: pb.GetRequest) -> pb.GetResponse:  # noqa: N802
+        """Read exactly one key (MultiGet reads many)."""
+        if len(request.keys) != 1:
+            raise bad("Get takes exactly one key; use MultiGet")
+        return await self.MultiGet(request)
+
+    async def MultiGet(self, request: pb.GetRequest) -> pb.GetResponse:  # noqa: N802
+        """Read keys, fenced by the epoch; packed keys get packed values."""
+        task = wire.task_key(request.task)
+        epoch = wire.epoch(request.epoch, task.fq)
+        keys = list(request.keys)
+        if request.packed_keys:
+            keys.extend(wire.unpack_keys(request.packed_keys, task.fq, "packed_keys"))
+        values = await self.store.get(task, epoch, keys)
+        if request.packed_keys:
+            return pb.GetResponse(packed_values=msgpack.packb(values, use_bin_type=True))
+        return pb.GetResponse(
+            values=[pb.OptionalValue(found=v is not None, value=v or b"") for v in values]
+        )
+
+    async def Describe(self, request: pb.DescribeRequest) -> pb.TaskInfo:  # noqa: N802
+        """The task's metadata."""
+        return wire.task_info(await self.store.describe(wire.task_key(request.task)))

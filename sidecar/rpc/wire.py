@@ -1,0 +1,192 @@
+"""What a request's fields mean, checked; and the storage's values as answers.
+
+Task ids, batches, epochs, durability, change sets. Each refusal is INVALID_ARGUMENT (or
+LIMIT) naming the task and the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from taskstate.proto import codes, ids
+from taskstate.proto import taskstate_pb2 as pb
+from taskstate.proto.durability import Durability
+
+from ..config import Limits
+from ..errors import SidecarError
+from ..storage.values import ChangeSet, TaskKey, TaskMeta
+
+MAX_BATCH = 2**53
+MAX_PARTITIONS = 1 << 20  # a rescale writes one task per target partition
+
+
+def bad(message: str) -> SidecarError:
+    """A request that cannot be served as asked (INVALID_ARGUMENT)."""
+    return SidecarError(codes.INVALID_ARGUMENT, message)
+
+
+def task_key(t: pb.TaskId) -> TaskKey:
+    """Validate a wire task id (the grammar of taskstate.proto.ids)."""
+    for problem in (
+        ids.name_problem("namespace", t.namespace),
+        ids.name_problem("component", t.component),
+        ids.partition_problem(t.partition),
+    ):
+        if problem:
+            raise bad(f"invalid task id: {problem}")
+    return TaskKey(t.namespace, t.component, t.partition)
+
+
+def scope(namespace: str, component: str) -> tuple[str, str | None]:
+    """A namespace and an optional component (empty: none), validated."""
+    problem = ids.name_problem("namespace", namespace)
+    if problem:
+        raise bad(problem)
+    if component:
+        problem = ids.name_problem("component", component)
+        if problem:
+            raise bad(problem)
+    return namespace, component or None
+
+
+def partition(value: int) -> int:
+    """A partition id, validated."""
+    problem = ids.partition_problem(value)
+    if problem:
+        raise bad(problem)
+    return value
+
+
+def batch(msg: Any, fq: str) -> int | None:
+    """A request's optional batch id (None: a batch job)."""
+    if not msg.HasField("batch"):
+        return None
+    if not 0 <= msg.batch <= MAX_BATCH:
+        raise bad(f"task {fq}: batch id {msg.batch} is out of range 0..{MAX_BATCH}")
+    return int(msg.batch)
+
+
+def epoch(value: int, fq: str) -> int:
+    """A claimed epoch (one an Open answered)."""
+    if value < 1:
+        raise bad(f"task {fq}: epoch {value} is not a claimed epoch; call Open first")
+    return value
+
+
+def durability(kind: int, replicas: int, fq: str) -> Durability:
+    """A request's durability enum and replica count."""
+    try:
+        return Durability.from_wire(kind, replicas)
+    except ValueError as exc:
+        raise bad(f"task {fq}: {exc}") from None
+
+
+def codec(name: str, fq: str) -> str:
+    """A codec name (empty: json)."""
+    name = name or "json"
+    if ids.name_problem("codec", name):
+        raise bad(f"task {fq}: invalid codec name {name[:40]!r}")
+    return name
+
+
+def writer(w: pb.Writer) -> str:
+    """Who writes, as the task's metadata records it."""
+    return f"host={w.host} executor={w.executor} attempt={w.attempt} pid={w.pid}"[:512]
+
+
+def declared_partitions(declared: int, task: TaskKey) -> int | None:
+    """OpenRequest.partitions: None when not declared (0); refused when impossible."""
+    if declared == 0:
+        return None
+    if declared < 0:
+        raise bad(f"task {task.fq}: partitions must be positive, not {declared}")
+    if task.partition >= declared:
+        raise bad(
+            f"task {task.fq}: partition {task.partition} is outside the {declared} "
+            f"partitions the task declares (TaskState partitions={declared}): declare the "
+            "count the job really splits this component into"
+        )
+    return declared
+
+
+def _unpack_array(blob: bytes, fq: str, what: str) -> list[Any]:
+    try:
+        items = msgpack.unpackb(blob, raw=False, use_list=True, strict_map_key=True)
+    except Exception as exc:  # ExtraData, FormatError, StackError, UnicodeDecodeError, ...
+        raise bad(f"task {fq}: {what} is not a msgpack array ({type(exc).__name__})") from None
+    if not isinstance(items, list):
+        raise bad(f"task {fq}: {what} is not a msgpack array")
+    return items
+
+
+def _check_keys(keys: list[Any], fq: str, what: str) -> None:
+    # C-level: this runs over every key of every commit
+    if keys and set(map(type, keys)) != {str}:
+        raise bad(f"task {fq}: {what} holds a key that is not a UTF-8 string")
+
+
+def unpack_keys(blob: bytes, fq: str, what: str) -> list[str]:
+    """A packed list of keys (CommitRequest.packed_deletes, GetRequest.packed_keys)."""
+    keys = _unpack_array(blob, fq, what)
+    _check_keys(keys, fq, what)
+    return keys
+
+
+def _unpack_upserts(blob: bytes, fq: str) -> list[tuple[str, bytes]]:
+    """`CommitRequest.packed_upserts` -> pairs, each checked (str key, non-empty bytes)."""
+    flat = _unpack_array(blob, fq, "packed_upserts")
+    keys, values = flat[0::2], flat[1::2]
+    if len(keys) != len(values):
+        raise bad(f"task {fq}: packed_upserts has a key without a value")
+    _check_keys(keys, fq, "packed_upserts")
+    if values and (set(map(type, values)) != {bytes} or b"" in values):
+        bad_key = next(
+            k for k, v in zip(keys, values, strict=True) if v.__class__ is not bytes or not v
+        )
+        raise bad(f"task {fq}: key {bad_key[:80]!r} has an empty or non-binary encoded value")
+    return list(zip(keys, values, strict=True))
+
+
+def change_set(request: pb.CommitRequest, fq: str, limits: Limits) -> ChangeSet:
+    """A commit's change set (packed, per entry, or both), checked against the limits."""
+    upserts = [(e.key, e.value) for e in request.upserts]
+    for k, v in upserts:
+        if not v:
+            raise bad(f"task {fq}: key {k[:80]!r} has an empty encoded value")
+    deletes = list(request.deletes)
+    if request.packed_upserts:
+        upserts.extend(_unpack_upserts(request.packed_upserts, fq))
+    if request.packed_deletes:
+        deletes.extend(unpack_keys(request.packed_deletes, fq, "packed_deletes"))
+    limits.check_entries(fq, upserts, deletes, "commit")
+    if deletes and not set(deletes).isdisjoint(k for k, _ in upserts):
+        raise bad(f"task {fq}: a key is both upserted and deleted in one commit")
+    if request.packed_upserts or request.packed_deletes:
+        nbytes = len(request.packed_upserts) + len(request.packed_deletes)
+    else:
+        nbytes = sum(len(k) + len(v) for k, v in upserts) + sum(map(len, deletes))
+    return ChangeSet(upserts, deletes, nbytes)
+
+
+def task_info(m: TaskMeta) -> pb.TaskInfo:
+    """A task's metadata as the wire's TaskInfo."""
+    t = m.task
+    return pb.TaskInfo(
+        task=pb.TaskId(namespace=t.namespace, component=t.component, partition=t.partition),
+        exists=m.exists,
+        committed_batch=m.committed_batch,
+        epoch=m.epoch,
+        position=m.position or b"",
+        has_position=m.position is not None,
+        size=m.size,
+        version=m.version,
+        codec=m.codec,
+        layout=m.layout,
+        updated_at=m.updated_at,
+        last_writer=m.last_writer,
+        rollbacks=m.rollbacks,
+        partitions=m.partitions or 0,
+        rescaling=m.rescaling,
+    )
