@@ -128,8 +128,16 @@ def test_a_worker_killed_before_the_flush_fails_it_and_the_retry_counts_once(
     ctx = LocalContext(0, batch_id=2)
     with worker_pool(side.target, namespace, 2) as (w1, w2):
         assert w1.call("groups", ctx, {f"g{i}": 1 for i in range(100)})
+        attached = side.metrics()['taskstate_requests_in_flight{method="Attach"}']
         os.kill(w1.process.pid, signal.SIGKILL)  # after its last group, before the task ends
         w1.process.join(10)
+        # the flush comes once the sidecar saw the worker's stream end (as when the plugin
+        # asks after the task's end); one that races it fails too, saying "the worker
+        # ended during the flush"
+        deadline = time.monotonic() + 10
+        while side.metrics()['taskstate_requests_in_flight{method="Attach"}'] == attached:
+            assert time.monotonic() < deadline, "the sidecar never saw the worker go"
+            time.sleep(0.02)
         answer = ask(barrier, f"FLUSH {ctx.taskAttemptId()}")
         assert answer.startswith("FAIL ") and "ended before they were flushed" in answer
         # nothing of the killed worker's held groups reached Redis, only its first block
