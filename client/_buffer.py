@@ -26,18 +26,18 @@ import logging
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from taskstate.proto import taskstate_pb2 as pb
 
+from ._commit import Committer, Sender
 from ._errors import TaskStateError
 from ._session import Session
 from ._transport import GrpcTransport
 
 log = logging.getLogger("taskstate.client")
 
-Sender = Callable[[Session, list[tuple[str, bytes]], list[str]], None]
 Order = pb.AttachOrder
 
 
@@ -60,7 +60,7 @@ class Held:
     """One task's changes, left by the blocks of one attempt in this process."""
 
     session: Session
-    send: Sender  # client/_commit.send with the task's transport and names bound
+    committer: Sender  # the task's commits (a Committer): never a block
     upserts: dict[str, bytes] = field(default_factory=dict)
     deletes: set[str] = field(default_factory=set)
 
@@ -77,7 +77,7 @@ class Held:
         """Commit what is held; returns the number of keys."""
         upserts, deletes = list(self.upserts.items()), list(self.deletes)
         if upserts or deletes:
-            self.send(self.session, upserts, deletes)
+            self.committer.send(self.session, upserts, deletes)
         self.session.deferred = False
         return len(upserts) + len(deletes)
 
@@ -173,8 +173,7 @@ class Buffer:
         session: Session,
         upserts: list[tuple[str, bytes]],
         deletes: list[str],
-        send: Sender,
-        transport: GrpcTransport,
+        committer: Committer,
     ) -> bool:
         """Hold one block's changes until the flush; False: the caller commits them now.
 
@@ -185,6 +184,7 @@ class Buffer:
         with self._lock:
             entry = self._held.get(attempt)
         if entry is None:
+            transport = committer.transport
             a = self._attachment(transport)
             if not a.register(attempt, transport.timeout_s):
                 return False
@@ -196,7 +196,7 @@ class Buffer:
         with self._lock:
             held = entry.tasks.get(task_id)
             if held is None:
-                held = entry.tasks[task_id] = Held(session, send)
+                held = entry.tasks[task_id] = Held(session, committer)
             held.merge(upserts, deletes)
             session.deferred = True
         return True

@@ -18,9 +18,16 @@ plus the states of its running blocks, and an executor at most (its Python worke
 from __future__ import annotations
 
 import logging
+import os
 import threading
+from typing import TYPE_CHECKING
 
+from ._errors import ConfigError
 from ._session import Session
+
+if TYPE_CHECKING:
+    from ._config import TaskStateConfig
+    from ._session import Claims
 
 log = logging.getLogger("taskstate.client")
 
@@ -91,3 +98,24 @@ def remember(task_id: str, session: Session, limit_tasks: int, limit_bytes: int)
                 own >> 20,
                 limit_bytes >> 20,
             )
+
+
+def take(task_id: str, claims: Claims, config: TaskStateConfig) -> Session:
+    """The session a new block of `task_id` runs in, active and remembered.
+
+    The block reuses what this process holds of the task (`Claims.enter`); a block of a
+    task that is open in this process already is refused.
+    """
+    prior = sessions.get(task_id)
+    if prior is not None and prior.pid != os.getpid():
+        prior = None
+    if prior is not None and prior.active:
+        raise ConfigError(
+            f"task {task_id}: already open in this process; nested `with TaskState` "
+            "blocks for the same component and partition are not allowed",
+            task_id,
+        )
+    session = claims.enter(prior)
+    session.active = True
+    remember(task_id, session, config.cache_tasks, config.cache_bytes)
+    return session

@@ -1,11 +1,14 @@
 """Sending a change set: the Commit RPCs of one block's (or one flush's) changes.
 
-Used by `TaskState.commit` and by the flush of deferred group changes (`_buffer.py`),
-which commits what several blocks of an attempt left in this process. It takes plain
-values, never a TaskState, so a held change set does not keep a block's object alive.
+A `Committer` holds what a commit of one task needs (the transport, the settings, the
+task's names, the batch) as plain values, never a TaskState: the flush of deferred group
+changes (`_buffer.py`) keeps it after the blocks that made the changes are gone.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
 
 from taskstate.proto import taskstate_pb2 as pb
 
@@ -16,58 +19,79 @@ from ._transport import GrpcTransport
 from ._wire import ENTRY_OVERHEAD, REQUEST_HEADROOM, pieces
 
 
-def send(
-    transport: GrpcTransport,
-    config: TaskStateConfig,
-    task_id: str,
-    task: pb.TaskId,
-    writer: pb.Writer,
-    batch: int | None,
-    session: Session,
-    upserts: list[tuple[str, bytes]],
-    deletes: list[str],
-    position: bytes | None = None,
-) -> None:
-    """Commit `upserts` and `deletes` under the session's epoch; keep its version current.
+class Sender(Protocol):
+    """What sends a task's change sets (a Committer; tests give their own)."""
 
-    In a micro-batch a large change set goes in several pieces (a replay of the batch rolls
-    back every commit of that batch); in a batch job it must fit one message.
-    """
-    c = config
-    budget = c.max_message_bytes - REQUEST_HEADROOM
-    parts = pieces(task_id, upserts, deletes, budget, session.packed)
-    if len(parts) > 1 and batch is None:
-        total = sum(len(k) + len(v) + ENTRY_OVERHEAD for k, v in upserts)
-        raise LimitError(
-            f"task {task_id}: this commit is {total} bytes, over the message limit of "
-            f"{c.max_message_bytes} bytes (TASKSTATE_MAX_MESSAGE_BYTES). Nothing was "
-            "sent. Commit more often with s.commit(position=...), or raise "
-            "TASKSTATE_MAX_MESSAGE_BYTES and the sidecar's --max-message-bytes together.",
-            task_id,
-        )
-    durability, replicas = c.durability.to_wire()
-    try:
-        for i, piece in enumerate(parts):
-            last = i == len(parts) - 1
-            req = pb.CommitRequest(
-                task=task,
-                epoch=session.epoch,
-                durability=durability,
-                replicas=replicas,
-                writer=writer,
-                **piece,
+    def send(
+        self,
+        session: Session,
+        upserts: list[tuple[str, bytes]],
+        deletes: list[str],
+        position: bytes | None = None,
+    ) -> None:
+        """Commit the change set under the session's epoch."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Committer:
+    """Commits change sets of one task in one batch (or batch job)."""
+
+    transport: GrpcTransport
+    config: TaskStateConfig
+    task_id: str
+    task: pb.TaskId
+    writer: pb.Writer
+    batch: int | None
+
+    def send(
+        self,
+        session: Session,
+        upserts: list[tuple[str, bytes]],
+        deletes: list[str],
+        position: bytes | None = None,
+    ) -> None:
+        """Commit `upserts` and `deletes` under the session's epoch; keep its version current.
+
+        In a micro-batch a large change set goes in several pieces (a replay of the batch
+        rolls back every commit of that batch); in a batch job it must fit one message.
+        """
+        c = self.config
+        task_id = self.task_id
+        budget = c.max_message_bytes - REQUEST_HEADROOM
+        parts = pieces(task_id, upserts, deletes, budget, session.packed)
+        if len(parts) > 1 and self.batch is None:
+            total = sum(len(k) + len(v) + ENTRY_OVERHEAD for k, v in upserts)
+            raise LimitError(
+                f"task {task_id}: this commit is {total} bytes, over the message limit of "
+                f"{c.max_message_bytes} bytes (TASKSTATE_MAX_MESSAGE_BYTES). Nothing was "
+                "sent. Commit more often with s.commit(position=...), or raise "
+                "TASKSTATE_MAX_MESSAGE_BYTES and the sidecar's --max-message-bytes together.",
+                task_id,
             )
-            if batch is not None:
-                req.batch = batch
-            if position is not None and last:
-                req.position = position
-                req.has_position = True
-            r = transport.commit(req, task_id)
-            # Another process serving this attempt may have committed since this one
-            # last knew the version: then the cached data lacks its changes, and must
-            # not pass for the new version (the next Open restores instead).
-            stale = r.base_version and r.base_version != session.version
-            session.version = "" if stale or not session.version else r.version
-    except BaseException:
-        session.data = None  # what Redis holds is no longer known here: restore next time
-        raise
+        durability, replicas = c.durability.to_wire()
+        try:
+            for i, piece in enumerate(parts):
+                last = i == len(parts) - 1
+                req = pb.CommitRequest(
+                    task=self.task,
+                    epoch=session.epoch,
+                    durability=durability,
+                    replicas=replicas,
+                    writer=self.writer,
+                    **piece,
+                )
+                if self.batch is not None:
+                    req.batch = self.batch
+                if position is not None and last:
+                    req.position = position
+                    req.has_position = True
+                r = self.transport.commit(req, task_id)
+                # Another process serving this attempt may have committed since this one
+                # last knew the version: then the cached data lacks its changes, and must
+                # not pass for the new version (the next Open restores instead).
+                stale = r.base_version and r.base_version != session.version
+                session.version = "" if stale or not session.version else r.version
+        except BaseException:
+            session.data = None  # what Redis holds is no longer known here: restore next time
+            raise

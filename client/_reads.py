@@ -17,8 +17,9 @@ attempt's state is never read by an older attempt; the older one gets FencedErro
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgpack
 import orjson
@@ -44,6 +45,12 @@ MISS_MIN = 64
 MISS_FRACTION = 128
 RESTORE_SECONDS_PER_KEY = 2.5e-6  # until this process has timed a restore of its own
 _restore_rate = [RESTORE_SECONDS_PER_KEY]
+# What `Reads.miss` answers when the attempt's misses have cost as much as restoring the
+# whole state would: load the rest of the state instead of this one key.
+LOAD_REST: Any = object()
+
+if TYPE_CHECKING:
+    from ._session import Session
 
 
 def note_restore(keys: int, seconds: float) -> None:
@@ -84,6 +91,20 @@ class Reads:
         # one key: the per-entry form, which every sidecar reads
         self._decode_into(data, absent, [key], self._page([key], epoch, packed=False))
         return data.get(key, MISSING)
+
+    def miss(self, session: Session, data: dict[str, Any], absent: set[str], key: str) -> Any:
+        """A key a mirror-mode session reading on demand does not hold.
+
+        Its committed value (MISSING if absent), read through the sidecar; or LOAD_REST
+        once the attempt's misses are worth a restore of the rest (`worth_loading`).
+        """
+        session.misses += 1
+        if worth_loading(session.misses, session.miss_seconds, session.info.size):
+            return LOAD_REST
+        t0 = time.perf_counter()
+        value = self.lookup(data, absent, key, session.epoch)
+        session.miss_seconds += time.perf_counter() - t0
+        return value
 
     def fetch(
         self,

@@ -18,9 +18,6 @@ process that already holds the committed version skips Restore.
 from __future__ import annotations
 
 import enum
-import functools
-import os
-import time
 from collections.abc import Iterable, Iterator, MutableMapping
 from typing import Any, Literal
 
@@ -29,15 +26,15 @@ import orjson
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto.ids import fq_task_id
 
-from ._buffer import buffer, worker_outlives_its_runner
-from ._cache import remember, sessions
-from ._changes import MISSING, REENCODE, SCALARS, Changes, is_mutable
+from ._block import Block
+from ._cache import take
+from ._changes import MISSING, REENCODE, SCALARS, is_mutable
 from ._codec import CODECS, JsonCodec
-from ._commit import send
+from ._commit import Committer
 from ._config import TaskStateConfig
 from ._context import current_context, identity
 from ._errors import ConfigError, TaskStateError
-from ._reads import Reads, worth_loading
+from ._reads import LOAD_REST, Reads
 from ._session import Claims, OpenInfo, Session, writer_of
 from ._transport import GrpcTransport
 from ._wire import REQUEST_HEADROOM
@@ -134,7 +131,7 @@ class TaskState(MutableMapping[str, Any]):
         # methods: a reference cycle would keep a finished block's state (a whole dict)
         # alive until Python's cycle collector happened to run
         ident = self._ident
-        task = self._pb_task()
+        task = pb.TaskId(namespace=c.namespace, component=c.component, partition=ident.partition)
 
         def task_msg() -> pb.TaskId:
             return task
@@ -155,9 +152,11 @@ class TaskState(MutableMapping[str, Any]):
         # mirror mode with the whole state here: a key not in _data does not exist
         self._complete = False
         self._absent: set[str] = set()  # keys known not to exist (remote, on demand)
-        self._changes = Changes(self.task_id, self._codec)
-        self._written = self._changes.written  # the hot paths below skip an attribute
-        self._snap = self._changes.snap
+        committer = Committer(self._transport, c, self.task_id, task, writer_of(ident),
+                              ident.batch)  # fmt: skip
+        self._block = Block(committer, self._codec, ident, self._ctx, c.mode == "mirror")
+        self._written = self._block.changes.written  # the hot paths below skip an attribute
+        self._snap = self._block.changes.snap
 
     # -- identity -------------------------------------------------------------
 
@@ -184,15 +183,6 @@ class TaskState(MutableMapping[str, Any]):
             return None
         return self._codec.decode(self.task_id, "<position>", s.position)
 
-    def _pb_task(self) -> pb.TaskId:
-        c = self.config
-        return pb.TaskId(
-            namespace=c.namespace, component=c.component, partition=self._ident.partition
-        )
-
-    def _writer(self) -> pb.Writer:
-        return writer_of(self._ident)
-
     def _require_session(self) -> Session:
         if self._session is None:
             raise TaskStateError(
@@ -218,18 +208,7 @@ class TaskState(MutableMapping[str, Any]):
                 f"task {self.task_id}: a TaskState is entered once; create a new one",
                 self.task_id,
             )
-        prior = sessions.get(self.task_id)
-        if prior is not None and prior.pid != os.getpid():
-            prior = None
-        if prior is not None and prior.active:
-            raise ConfigError(
-                f"task {self.task_id}: already open in this process; nested `with TaskState` "
-                "blocks for the same component and partition are not allowed",
-                self.task_id,
-            )
-        session = self._claims.enter(prior)
-        session.active = True
-        remember(self.task_id, session, self.config.cache_tasks, self.config.cache_bytes)
+        session = take(self.task_id, self._claims, self.config)
         self._session = session
         self._data = session.data if session.data is not None else {}
         if self.config.mode == "mirror":
@@ -244,7 +223,7 @@ class TaskState(MutableMapping[str, Any]):
             return False
         try:
             if exc_type is None and self.phase is Phase.OPEN:
-                if not self._defer(session):
+                if not self._block.defer(session, self._data):
                     self.commit()
                 self.phase = Phase.CLOSED
             else:
@@ -257,73 +236,10 @@ class TaskState(MutableMapping[str, Any]):
             session.blocks += 1
         return False
 
-    def _defer(self, session: Session) -> bool:
-        """Hold this block's changes for the executor plugin's flush (`_buffer.py`).
-
-        Only where it pays and changes nothing a job can see: a later block of a
-        micro-batch attempt in this process (the groups of applyInPandasWithState after
-        the first), in mirror mode (the session's copy carries the held writes to the
-        attempt's next blocks), beside a sidecar with the plugin's flush barrier, in a
-        process that outlives its runner. A task with one block (mapInPandas,
-        foreachPartition) always commits at its exit.
-        """
-        if not (
-            session.flush_barrier
-            and session.blocks > 0
-            and self._ident.batch is not None
-            and self.config.mode == "mirror"
-            and session.data is not None
-            and worker_outlives_its_runner(self._ctx)
-        ):
-            return False
-        upserts, deletes = self._changes.collect(self._data)
-        if not buffer.hold(
-            self._ident.task_attempt,
-            self.task_id,
-            session,
-            upserts,
-            deletes,
-            self._sender(),
-            self._transport,
-        ):
-            return False
-        self._settled(session, upserts)
-        return True
-
-    def _sender(self) -> functools.partial[None]:
-        """`_commit.send` with this task's transport and names bound.
-
-        Not this object: a held change set must not keep a finished block alive.
-        """
-        return functools.partial(
-            send,
-            self._transport,
-            self.config,
-            self.task_id,
-            self._pb_task(),
-            self._writer(),
-            self._ident.batch,
-        )
-
-    def _settled(self, session: Session, upserts: list[tuple[str, bytes]]) -> None:
-        """After a commit or a deferral: the state's first sizes, and nothing pending."""
-        if not session.entry_bytes and upserts:
-            session.entry_bytes = sum(len(k) + len(v) for k, v in upserts) / len(upserts)
-        self._changes.clear()
-
     def _discard(self, session: Session) -> None:
-        """Forget uncommitted changes.
-
-        In-place edits may have touched the cached data, so the next block of this
-        attempt restores the committed state again.
-        """
         self.phase = Phase.FAILED
-        if session.deferred:  # earlier blocks' held changes: commit them before the copy goes
-            buffer.commit_task(self._ident.task_attempt, self.task_id)
-        session.data = None
-        session.absent = set()
+        self._block.discard(session)
         self._data = {}
-        self._changes.clear()
 
     # -- commit -----------------------------------------------------------------
 
@@ -335,14 +251,10 @@ class TaskState(MutableMapping[str, Any]):
         continues after it.
         """
         session = self._require_open()
-        upserts, deletes = self._changes.collect(self._data)
         pos = None
         if position is not MISSING:
             pos = self._codec.encode(self.task_id, "<position>", position)
-        self._sender()(session, upserts, deletes, pos)
-        if pos is not None:
-            session.position = pos
-        self._settled(session, upserts)
+        self._block.commit(session, self._data, pos)
 
     # -- MutableMapping -----------------------------------------------------------
 
@@ -355,13 +267,10 @@ class TaskState(MutableMapping[str, Any]):
         session = self._require_open()
         if self.config.mode != "mirror":
             return self._reads.lookup(self._data, self._absent, key, session.epoch)
-        session.misses += 1  # reading on demand
-        if worth_loading(session.misses, session.miss_seconds, session.info.size):
+        value = self._reads.miss(session, self._data, self._absent, key)
+        if value is LOAD_REST:
             self._load_rest(session)
             return self._data.get(key, MISSING)
-        t0 = time.perf_counter()
-        value = self._reads.lookup(self._data, self._absent, key, session.epoch)
-        session.miss_seconds += time.perf_counter() - t0
         return value
 
     def _load_rest(self, session: Session) -> None:

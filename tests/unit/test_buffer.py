@@ -40,7 +40,18 @@ def test_a_later_blocks_changes_win_and_one_commit_sends_them() -> None:
     info = OpenInfo(1, 0, 0, "v", False, 0, restored=False, reused_claim=False)
     session = Session("s:1", 1, 1, "v", {}, None, info, deferred=True)
     sent: list[tuple[list[tuple[str, bytes]], list[str]]] = []
-    held = Held(session, lambda _s, ups, dels: sent.append((sorted(ups), sorted(dels))))
+
+    class Recorder:
+        def send(
+            self,
+            session: Session,
+            upserts: list[tuple[str, bytes]],
+            deletes: list[str],
+            position: bytes | None = None,
+        ) -> None:
+            sent.append((sorted(upserts), sorted(deletes)))
+
+    held = Held(session, Recorder())
     held.merge([("a", b"1"), ("b", b"1")], ["c"])
     held.merge([("c", b"2")], ["a"])
     assert held.commit() == 3
