@@ -12,16 +12,13 @@ lua/edit.lua). A delete also removes the key's value from the rollback record.
 from __future__ import annotations
 
 import argparse
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
 import orjson
 
-from taskstate.client._codec import CODECS
-from taskstate.proto import taskstate_pb2 as pb
-from taskstate.proto.ids import fq_task_id
+from taskstate.client.admin import AdminClient
 
-if TYPE_CHECKING:
-    from .admin import Admin
+from .common import UsageError, parse_scope, parse_task
 
 
 def add_arguments(command: str, p: argparse.ArgumentParser) -> None:
@@ -36,24 +33,18 @@ def add_arguments(command: str, p: argparse.ArgumentParser) -> None:
         p.add_argument("value", metavar="JSON", help="the new value as JSON, e.g. '{\"n\": 3}'")
 
 
-def cmd_edit(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
+def cmd_edit(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
     """`taskstate set`, `del` and `erase`."""
-    from .admin import UsageError, _scope, _task_id
-
     if a.command == "erase":
-        ns, comp, _ = _scope(a.scope, allow_partition=False)
+        ns, comp, _ = parse_scope(a.scope, allow_partition=False)
         if not comp:
             raise UsageError(f"{a.scope!r}: erase takes NAMESPACE/COMPONENT")
-        req = pb.EditRequest(namespace=ns, component=comp, key=a.key, delete=True)
-        r = admin.call("Edit", req, f"{ns}/{comp}")
+        r = admin.erase(ns, comp, a.key)
         out.write(f"{ns}/{comp}: {a.key!r} erased from {r.tasks} task(s); {r.had_key} had it\n")
         return 0
-    task = _task_id(a.task)
-    fq = fq_task_id(task.namespace, task.component, task.partition)
-    req = pb.EditRequest(namespace=task.namespace, component=task.component,
-                         partition=task.partition, key=a.key, codec="json")  # fmt: skip
+    task = parse_task(a.task)
     if a.command == "del":
-        req.delete = True
+        r = admin.delete(task, a.key)
     else:
         try:
             value = orjson.loads(a.value)
@@ -61,9 +52,8 @@ def cmd_edit(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
             raise UsageError(
                 f"{a.value[:80]!r} is not JSON ({exc}); quote strings: '\"text\"'"
             ) from None
-        req.value = CODECS["json"].encode(fq, a.key, value)
-    r = admin.call("Edit", req, fq)
+        r = admin.set(task, a.key, value)
     what = "deleted" if a.command == "del" else "set"
     before = "it existed" if r.had_key else "it did not exist"
-    out.write(f"{fq}: {a.key!r} {what} ({before}); the job sees it from its next batch on\n")
+    out.write(f"{a.task}: {a.key!r} {what} ({before}); the job sees it from its next batch on\n")
     return 0

@@ -21,8 +21,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from taskstate.sidecar.process import SidecarProcess
 from taskstate.sidecar.storage.redis.connect import redact
-from taskstate.testing import SidecarProcess
 
 
 class PrivateSidecarError(RuntimeError):

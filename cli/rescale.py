@@ -8,16 +8,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
-import grpc
-
-from taskstate.client._transport import translate
-from taskstate.proto import taskstate_pb2 as pb
+from taskstate.client.admin import AdminClient
 from taskstate.sidecar.spark_hash import KEY_TYPE_HELP, KEY_TYPES
 
-if TYPE_CHECKING:
-    from .admin import Admin
+from .common import UsageError, parse_scope
 
 _PHASES = {
     "plan": "planned",
@@ -41,29 +37,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "still running); default 30")  # fmt: skip
 
 
-def cmd_rescale(a: argparse.Namespace, admin: Admin, out: IO[str]) -> int:
+def cmd_rescale(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
     """Stream the sidecar's rescale, printing its progress on stderr."""
-    from .admin import UsageError, _scope
-
-    ns, comp, part = _scope(a.scope, allow_partition=False)
+    ns, comp, _ = parse_scope(a.scope, allow_partition=False)
     if not comp:
         raise UsageError(f"{a.scope!r}: name the component to rescale, NAMESPACE/COMPONENT")
-    req = pb.RescaleRequest(namespace=ns, component=comp, to=a.to, key_type=a.key_type,
-                            quiet_seconds=a.quiet_seconds)  # fmt: skip
     last = None
-    try:
-        for step in admin.stub.Rescale(req):  # no deadline: a large state takes a while
-            last = step
-            if step.phase == "plan" and step.resumed:
-                print(f"taskstate rescale {ns}/{comp}: finishing the rescale to "
-                      f"{step.to_partitions} that an earlier run began",
-                      file=sys.stderr)  # fmt: skip
-            if step.phase in _PHASES:
-                keys = f", {step.keys:,} keys" if step.phase == "copy" else ""
-                print(f"taskstate rescale {ns}/{comp}: {_PHASES[step.phase]} "
-                      f"{step.done}/{step.total}{keys}", file=sys.stderr, flush=True)  # fmt: skip
-    except grpc.RpcError as exc:
-        raise translate(exc, f"{ns}/{comp}", admin.sidecar) from None
+    steps = admin.rescale(ns, comp, a.to, key_type=a.key_type, quiet_seconds=a.quiet_seconds)
+    for step in steps:
+        last = step
+        if step.phase == "plan" and step.resumed:
+            print(f"taskstate rescale {ns}/{comp}: finishing the rescale to "
+                  f"{step.to_partitions} that an earlier run began", file=sys.stderr)  # fmt: skip
+        if step.phase in _PHASES:
+            keys = f", {step.keys:,} keys" if step.phase == "copy" else ""
+            print(f"taskstate rescale {ns}/{comp}: {_PHASES[step.phase]} "
+                  f"{step.done}/{step.total}{keys}", file=sys.stderr, flush=True)  # fmt: skip
     if last is None or last.phase != "done":
         raise UsageError("the sidecar ended the rescale without finishing it: run it again")
     if last.from_partitions == last.to_partitions and not last.keys:

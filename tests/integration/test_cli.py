@@ -102,7 +102,7 @@ def test_show_reads_one_version_while_commits_land(sidecar: SidecarProcess, name
     The reads race the commits (HSCAN pages interleave with them); a read that saw a
     commit land is started again, so each result holds a single value.
     """
-    from taskstate.cli.admin import Admin
+    from taskstate.client.admin import AdminClient
     from taskstate.proto import taskstate_pb2 as pb
 
     n = 20_000
@@ -121,21 +121,21 @@ def test_show_reads_one_version_while_commits_land(sidecar: SidecarProcess, name
             b += 1
             stop.wait(0.05)
 
-    admin = Admin(sidecar.target, 30)
+    admin = AdminClient(sidecar.target, timeout_s=30)
     task = pb.TaskId(namespace=namespace, component="c", partition=0)
     t = threading.Thread(target=writer)
     t.start()
     try:
         for _ in range(40):
-            data, _ = admin.read(task, "")
+            data, _ = admin.read(task)
             values = set(data.values())
             assert len(data) == n and len(values) == 1, sorted(values)[:5]
-            if admin.reread >= 3:
+            if admin.rereads >= 3:
                 break
     finally:
         stop.set()
         t.join()
-    assert commits[0] >= 3 and admin.reread >= 1  # the reads really raced commits
+    assert commits[0] >= 3 and admin.rereads >= 1  # the reads really raced commits
     out = json.loads(cli("show", f"{namespace}/c/0", "--json", sidecar=sidecar).stdout)
     assert set(out["state"].values()) == {out["task"]["committed_batch"]}
 

@@ -110,15 +110,14 @@ def test_thousand_tasks_through_slot_migration_and_master_failover(
 
         # -- the operator commands on a cluster: namespaces from every primary, a task's
         # state read from the slot's owner, the doctor seeing all three primaries
-        from taskstate.cli.admin import Admin
-        from taskstate.proto import taskstate_pb2 as pb
+        from taskstate.client.admin import AdminClient
 
-        admin = Admin(side.target, 30)
-        assert namespace in admin.call("List", pb.ListRequest()).namespaces
-        assert len(admin.call("List", pb.ListRequest(namespace=namespace)).tasks) == TASKS
-        data, _ = admin.read(pb.TaskId(namespace=namespace, component="c", partition=7), "")
+        admin = AdminClient(side.target, timeout_s=30)
+        assert namespace in admin.namespaces()
+        assert len(admin.tasks(namespace)) == TASKS
+        data, _ = admin.read(f"{namespace}/c/7")
         assert decode_hash({k.encode(): v for k, v in data.items()}) == expected(6)
-        report = admin.call("Doctor", pb.DoctorRequest())
+        report = admin.doctor()
         assert report.topology == "cluster" and len(report.servers) == 3
         checks = {c.name: c for c in report.checks}
         assert all(c.ok for name, c in checks.items() if name != "persistence"), checks

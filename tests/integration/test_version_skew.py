@@ -158,14 +158,14 @@ def test_operator_calls_an_older_sidecar_lacks_say_upgrade(
     old_sidecar: OldSidecarProxy, namespace: str
 ) -> None:
     """Read, Import and Doctor came later: the older sidecar answers UNIMPLEMENTED."""
-    from taskstate.cli.admin import Admin
     from taskstate.client import TaskStateError
+    from taskstate.client.admin import AdminClient
 
     with _task(old_sidecar.target, namespace, 0) as s:
         s["a"] = 1
-    admin = Admin(old_sidecar.target.replace("unix:", "unix://", 1), 10)
+    admin = AdminClient(old_sidecar.target.replace("unix:", "unix://", 1), timeout_s=10)
     task = pb.TaskId(namespace=namespace, component="c", partition=0)
     with pytest.raises(TaskStateError, match="older than this client.*upgrade the sidecar"):
-        admin.read(task, "")
+        admin.read(task)
     with pytest.raises(TaskStateError, match="older than this client"):
-        admin.call("Doctor", pb.DoctorRequest())
+        admin.doctor()

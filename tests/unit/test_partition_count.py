@@ -8,12 +8,16 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-import grpc
 import pytest
 
-from taskstate.cli.admin import Admin
-from taskstate.client import ConfigError, LocalContext, PartitionCountError, TaskState
-from taskstate.proto import taskstate_pb2 as pb
+from taskstate.client import (
+    ConfigError,
+    LocalContext,
+    PartitionCountError,
+    StateChangedError,
+    TaskState,
+)
+from taskstate.client.admin import AdminClient
 from taskstate.sidecar.spark_hash import murmur3, partition_of
 from taskstate.testing import FakeSidecar
 
@@ -46,9 +50,8 @@ def test_the_fake_refuses_another_count_and_rescales_like_redis(fake: FakeSideca
     with pytest.raises(ConfigError, match="partition 4 is outside the 4 partitions"):
         TaskState(LocalContext(4, batch_id=1), component="c", namespace="ns",
                   sidecar=fake.target, partitions=4)  # fmt: skip
-    admin = Admin(fake.target, 10.0)
-    req = pb.RescaleRequest(namespace="ns", component="c", to=8, quiet_seconds=0)
-    steps = list(admin.stub.Rescale(req))
+    admin = AdminClient(fake.target, timeout_s=10.0)
+    steps = list(admin.rescale("ns", "c", 8, quiet_seconds=0))
     assert steps[-1].phase == "done" and steps[-1].keys == 40 and steps[-1].batch == 0
     job(fake, 8, 1, events)
     stored: Counter[str] = Counter()
@@ -57,8 +60,8 @@ def test_the_fake_refuses_another_count_and_rescales_like_redis(fake: FakeSideca
             assert partition_of(k, 8) == t.partition
             stored[k] += int(v)
     assert stored == Counter({k: 2 * v for k, v in events})
-    with pytest.raises(grpc.RpcError, match="written 0 s ago"):
-        list(admin.stub.Rescale(pb.RescaleRequest(namespace="ns", component="c", to=2)))
+    with pytest.raises(StateChangedError, match="written 0 s ago"):
+        list(admin.rescale("ns", "c", 2))
 
 
 def test_partitions_must_be_a_positive_count() -> None:
@@ -77,13 +80,10 @@ def test_the_fake_keeps_edits_through_a_replay_like_redis(fake: FakeSidecar) -> 
 
     batch(0, 1)
     batch(1, 2)
-    admin = Admin(fake.target, 10.0)
-    req = pb.EditRequest(namespace="ns", component="e", partition=0, key="k", value=b"100",
-                         codec="json")  # fmt: skip
-    assert admin.call("Edit", req).had_key == 1
+    admin = AdminClient(fake.target, timeout_s=10.0)
+    assert admin.set("ns/e/0", "k", 100).had_key == 1
     assert batch(1, 2) == 3  # the replay of batch 1 runs on the value before it
     assert batch(2, 5) == 105  # from the next batch on, the edit holds
     assert batch(3, 1) == 106  # applied once
-    erase = pb.EditRequest(namespace="ns", component="e", key="k", delete=True)
-    assert admin.call("Edit", erase).tasks == 1
+    assert admin.erase("ns", "e", "k").tasks == 1
     assert batch(4, 0) == 0

@@ -1,0 +1,116 @@
+"""`taskstate ls | show | drop | adopt`: see inside stored state, drop it, adopt a namespace."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import IO, Any
+
+from taskstate.client.admin import AdminClient
+
+from .common import UsageError, decode, dump, info_dict, parse_scope, parse_task, table, when
+
+
+def reading_again(fq: str) -> None:
+    """What a read says when a commit landed mid-read and it reads again."""
+    print(f"taskstate: {fq} changed while it was read; reading again", file=sys.stderr)
+
+
+def cmd_ls(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
+    """`taskstate ls`: namespaces, or the tasks of one with their metadata."""
+    if not a.scope:
+        names = admin.namespaces()
+        if a.json:
+            dump(names, out)
+        elif names:
+            out.write("\n".join(names) + "\n")
+        else:
+            out.write("no namespaces have stored state\n")
+        return 0
+    ns, comp, _ = parse_scope(a.scope, allow_partition=False)
+    tasks = [info_dict(t) for t in admin.tasks(ns, comp)]
+    if a.json:
+        dump(tasks, out)
+        return 0
+    if not tasks:
+        out.write(f"no tasks with stored state in {a.scope}\n")
+        return 0
+    rows: list[Sequence[Any]] = [
+        ("TASK", "BATCH", "KEYS", "PARTITIONS", "EPOCH", "ROLLBACKS", "UPDATED", "LAST WRITER")
+    ]
+    for t in tasks:
+        rows.append((t["task"], t["committed_batch"], t["keys"], t["partitions"] or "-",
+                     t["epoch"], t["rollbacks"], when(t["updated_at"]),
+                     t["last_writer"] or "-"))  # fmt: skip
+    table(rows, out)
+    return 0
+
+
+def cmd_show(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
+    """`taskstate show`: a task's metadata and committed state (what a restore gets)."""
+    task = parse_task(a.task)
+    fq = a.task
+    info = info_dict(admin.describe(task))
+    if not info["exists"]:
+        print(f"taskstate: task {fq}: no state stored", file=sys.stderr)
+        return 1
+    data, version = admin.read(task, a.keys or "", on_reread=reading_again)
+    state = {}
+    for k in sorted(data):
+        kind, v = decode(data[k])
+        state[k] = v if kind == "value" else {"$base64": v}
+    info["version"] = version or info["version"]
+    if a.json:
+        dump({"task": info, "state": state}, out)
+        return 0
+    for label, key in (("task", "task"), ("committed batch", "committed_batch"),
+                       ("position", "position"), ("keys", "keys"),
+                       ("partitions", "partitions"), ("epoch", "epoch"),
+                       ("version", "version"), ("codec", "codec"), ("rollbacks", "rollbacks"),
+                       ("last writer", "last_writer")):  # fmt: skip
+        value = info[key]
+        if key == "partitions" and value is None:
+            value = "- (none recorded)"
+        out.write(f"{label + ':':17}{json.dumps(value) if key == 'position' else value}\n")
+    out.write(f"{'updated:':17}{when(info['updated_at'])}\n")
+    shown = f" matching {a.keys!r}" if a.keys else ""
+    out.write(f"\n{len(state)} key(s){shown}:\n")
+    for k, v in state.items():
+        text = json.dumps(v, ensure_ascii=False)
+        if len(text) > a.width:
+            text = text[: a.width - 3] + "..."
+        out.write(f"  {k} = {text}\n")
+    return 0
+
+
+def cmd_drop(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
+    """`taskstate drop`: delete stored state; only with --yes."""
+    ns, comp, part = parse_scope(a.scope, allow_partition=True)
+    if not a.yes:
+        raise UsageError(
+            f"dropping {a.scope} deletes its stored state for good; run again with --yes"
+        )
+    n = admin.drop(ns, comp or None, part)
+    out.write(f"dropped {n} task(s) in {a.scope}\n")
+    return 0
+
+
+def cmd_adopt(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
+    """`taskstate adopt`: the namespace's query goes on from its next batch, as it is.
+
+    For a query that runs taskstate for the first time past its batch 0, and for
+    accepting a total loss on purpose: until then its tasks fail with STATE_LOST.
+    """
+    if "/" in a.namespace:
+        raise UsageError(f"{a.namespace!r}: adopt takes a NAMESPACE (its every component)")
+    ns, _, _ = parse_scope(a.namespace, allow_partition=False)
+    r = admin.adopt(ns)
+    if r.known_before:
+        out.write(f"namespace {ns}: already known ({r.tasks} task(s) with state); recorded "
+                  "again, nothing else changed\n")  # fmt: skip
+    else:
+        out.write(f"namespace {ns}: adopted; its query's tasks start empty at the batch "
+                  "Spark runs next\n")  # fmt: skip
+    return 0

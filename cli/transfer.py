@@ -1,0 +1,193 @@
+"""`taskstate export | import`: a namespace's state as JSON lines, and back.
+
+A `task` line (what a later Open checks and an import restores: committed batch,
+position, codec, partition count) is followed by the task's `entry` lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import sys
+from collections.abc import Iterator
+from typing import IO, Any
+
+import orjson
+
+from taskstate.client.admin import AdminClient
+from taskstate.proto import ids
+from taskstate.proto import taskstate_pb2 as pb
+
+from .common import UsageError, decode, info_dict, parse_scope, parse_task
+from .state import reading_again
+
+IMPORT_CHUNK = 5000
+
+
+def cmd_export(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
+    """`taskstate export`: JSON lines, a `task` line then its `entry` lines, per task.
+
+    A task line carries what a later Open checks and an import restores: the committed
+    batch, the position, the codec and the component's partition count (`partitions`,
+    null when none is recorded).
+    """
+    ns, comp, _ = parse_scope(a.scope, allow_partition=False)
+    tasks = admin.tasks(ns, comp)
+    held = [t for t in tasks if t.rescaling]
+    if held:
+        where = held[0].task
+        raise UsageError(
+            f"{where.namespace}/{where.component}: a `taskstate rescale` holds its tasks and "
+            "has not finished; their state is being moved. Nothing was exported. Finish the "
+            "rescale (run it again with its --to), then export."
+        )
+    target: IO[str] = open(a.out, "w", encoding="utf-8") if a.out else out  # noqa: SIM115
+    keys = 0
+    try:
+        for i, t in enumerate(tasks, 1):
+            fq = ids.fq_task_id(t.task.namespace, t.task.component, t.task.partition)
+            data, version = admin.read(t.task, on_reread=reading_again)
+            head = {"type": "task", **info_dict(t), "version": version, "keys": len(data)}
+            target.write(orjson.dumps(head).decode() + "\n")
+            for k in sorted(data):
+                kind, v = decode(data[k])
+                target.write(
+                    orjson.dumps({"type": "entry", "task": fq, "key": k, kind: v}).decode() + "\n"
+                )
+            keys += len(data)
+            print(f"taskstate export: {i}/{len(tasks)} {fq}: {len(data)} keys", file=sys.stderr)
+    finally:
+        if a.out:
+            target.close()
+    print(f"taskstate export: {len(tasks)} task(s), {keys} key(s)", file=sys.stderr)
+    return 0
+
+
+def _records(lines: Iterator[str], source: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise UsageError(
+                f"{source}:{n}: not a JSON line ({exc}); nothing after it was imported"
+            ) from None
+        if not isinstance(rec, dict) or rec.get("type") not in ("task", "entry"):
+            raise UsageError(f"{source}:{n}: expected a taskstate export line (type task or entry)")
+        yield n, rec
+
+
+def _entry_bytes(rec: dict[str, Any], where: str) -> bytes:
+    if "value" in rec:
+        return orjson.dumps(rec["value"])
+    if "value_b64" in rec:
+        return base64.b64decode(rec["value_b64"])
+    raise UsageError(f"{where}: an entry needs 'value' or 'value_b64'")
+
+
+def cmd_import(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
+    """`taskstate import`: create the tasks of an export (refusing existing ones)."""
+    source = a.file
+    stream: IO[str] = sys.stdin if source == "-" else open(source, encoding="utf-8")  # noqa: SIM115
+    imported = keys = 0
+    try:
+        current: dict[str, Any] | None = None
+        pending: list[pb.Entry] = []
+        epoch = 0
+
+        def flush(final: bool) -> None:
+            nonlocal epoch, pending
+            assert current is not None  # noqa: S101
+            first = epoch == 0
+            if not pending and not (first and final):
+                return
+            pos = current.get("position")
+            req = pb.ImportRequest(
+                task=current["_id"],
+                entries=pending,
+                committed_batch=int(current.get("committed_batch", -1)),
+                codec=current.get("codec") or "json",
+                replace=a.replace,
+                partitions=current["_partitions"] or 0,
+            )
+            if pos is not None:
+                req.position = orjson.dumps(pos)
+                req.has_position = True
+            if not first:
+                req.append = True
+                req.epoch = epoch
+            r = admin.import_task(req)
+            epoch = r.epoch
+            pending = []
+
+        for n, rec in _records(stream, source):
+            where = f"{source}:{n}"
+            if rec["type"] == "task":
+                if current is not None:
+                    flush(True)
+                    imported += 1
+                    print(
+                        f"taskstate import: {current['task']}: {current['_n']} keys",
+                        file=sys.stderr,
+                    )
+                task = str(rec.get("task", ""))
+                current = {
+                    **rec,
+                    "_id": parse_task(task),
+                    "_n": 0,
+                    "_partitions": _partitions_of(rec, a.partitions, where),
+                }
+                epoch = 0
+                continue
+            if current is None or rec.get("task") != current["task"]:
+                raise UsageError(
+                    f"{where}: an entry of {rec.get('task')!r} outside its task's block"
+                )
+            key = rec.get("key")
+            if not isinstance(key, str):
+                raise UsageError(f"{where}: the entry has no string 'key'")
+            pending.append(pb.Entry(key=key, value=_entry_bytes(rec, where)))
+            current["_n"] += 1
+            keys += 1
+            if len(pending) >= IMPORT_CHUNK:
+                flush(False)
+        if current is not None:
+            flush(True)
+            imported += 1
+            print(f"taskstate import: {current['task']}: {current['_n']} keys", file=sys.stderr)
+    finally:
+        if stream is not sys.stdin:
+            stream.close()
+    out.write(f"imported {imported} task(s), {keys} key(s)\n")
+    return 0
+
+
+def _partitions_of(rec: dict[str, Any], given: str | None, where: str) -> int | None:
+    """The partition count an export's task line records, or `--partitions` for one without.
+
+    An export that lacks it (written before counts were exported) cannot be imported
+    without saying it: an imported task without its count would let a job run under
+    another count without the refusal it would get otherwise.
+    """
+    task = rec.get("task")
+    if "partitions" not in rec:
+        if given is None:
+            raise UsageError(
+                f"{where}: task {task} has no partition count (the export was written "
+                "before taskstate exported it). Nothing from this line on was imported. Give "
+                "the count the job splits the component into: --partitions N (the N of its "
+                "repartition(N, key) or of its checkpoint), or --partitions none when the "
+                "job declares none."
+            )
+        return None if given == "none" else int(given)
+    count = rec["partitions"]
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 1):
+        raise UsageError(f"{where}: task {task}: partitions {count!r} is not a count")
+    if given is not None and (None if given == "none" else int(given)) != count:
+        raise UsageError(
+            f"{where}: task {task} was exported with partitions {count}, and --partitions "
+            f"says {given}. Nothing from this line on was imported. Leave --partitions out "
+            "(it is for exports that lack the count), or rescale after the import."
+        )
+    return count
