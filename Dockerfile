@@ -7,6 +7,7 @@ COPY requirements/ requirements/
 COPY client/ client/
 COPY sidecar/ sidecar/
 COPY spark_plugin/ spark_plugin/
+COPY demo/ demo/
 COPY proto/ proto/
 COPY cli/ cli/
 COPY testing/ testing/

@@ -279,7 +279,7 @@ def _demo_run(
     run.mkdir(parents=True, exist_ok=True)
     progress = run / "progress.json"
     cmd = [
-        sys.executable, "-m", "taskstate.spark_plugin.demo", "--query",
+        sys.executable, "-m", "taskstate.demo.trending", "--query",
         "--namespace", f"bench-demo-{name}-{os.getpid()}", "--sidecar", sidecar,
         "--state", state, "--batches", str(batches), "--tweets-per-batch", str(tweets),
         "--buckets-per-batch", "6", "--partitions", "4", "--master", "local[2]",

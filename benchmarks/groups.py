@@ -81,7 +81,7 @@ def job(a: argparse.Namespace) -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    from taskstate.spark_plugin.jobs import run_until_committed
+    from taskstate.demo.jobs import run_until_committed
 
     work = Path(a.work)
     b = (

@@ -106,7 +106,7 @@ def taskstate_fn(ns: str, sidecar: str, work: str, kill_at: int) -> Any:
         import pandas as pd
 
         from taskstate.client import TaskState
-        from taskstate.spark_plugin.jobs import task_info
+        from taskstate.demo.jobs import task_info
 
         ctx, batch, part = task_info()
         _record_attempt(work, batch, part)
@@ -149,7 +149,7 @@ def job(a: argparse.Namespace) -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
 
-    from taskstate.spark_plugin.jobs import ROCKSDB, run_until_committed
+    from taskstate.demo.jobs import ROCKSDB, run_until_committed
 
     work = Path(a.work)
     spark = (

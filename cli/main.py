@@ -58,11 +58,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return sidecar_main(rest)
     if command == "demo":
-        from taskstate.spark_plugin.demo import main as demo_main
+        from taskstate.demo.trending import main as demo_main
 
         return demo_main(rest)
     if command == "example":
-        from taskstate.spark_plugin.example import main as example_main
+        from taskstate.demo.example import main as example_main
 
         return example_main(rest)
     if command in ADMIN_COMMANDS:

@@ -5,8 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 rm -rf .typecheck && mkdir -p .typecheck/taskstate
-for d in client sidecar spark_plugin proto cli testing; do ln -s "../../$d" ".typecheck/taskstate/$d"; done
+for d in client sidecar spark_plugin demo proto cli testing; do ln -s "../../$d" ".typecheck/taskstate/$d"; done
 cd .typecheck
 MYPYPATH=. "../$PY" -m mypy --config-file ../pyproject.toml \
-  -p taskstate.client -p taskstate.sidecar -p taskstate.spark_plugin -p taskstate.cli \
+  -p taskstate.client -p taskstate.sidecar -p taskstate.spark_plugin -p taskstate.demo \
+  -p taskstate.cli \
   -p taskstate.testing

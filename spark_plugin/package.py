@@ -26,7 +26,8 @@ from pathlib import Path
 JAR_NAME = "taskstate-plugin.jar"
 ZIP_NAME = "taskstate-pyfiles.zip"
 PLUGIN_CLASS = "io.taskstate.spark.TaskStatePlugin"
-SUBPACKAGES = ("client", "sidecar", "proto", "spark_plugin", "cli", "testing")
+# the example job (demo/) rides along: `taskstate example` on a cluster pickles its functions
+SUBPACKAGES = ("client", "sidecar", "proto", "spark_plugin", "demo", "cli", "testing")
 
 
 class PackageError(RuntimeError):

@@ -5,6 +5,9 @@
 - `RedisServer`, `SidecarProcess`: a real redis-server and the real sidecar on
   temporary Unix sockets, each killable (`kill()` sends SIGKILL). A sidecar started with
   `extra=["--metrics-port", "0"]` reads its own metrics: `side.metrics()`.
+- `worker`: what a test may see of the worker process it runs in (the version of a task
+  it holds, changes held for the plugin's flush; `forget_cached_state()` to start as a
+  fresh Python worker).
 """
 
 from .fake import FakeSidecar

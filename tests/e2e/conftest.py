@@ -96,7 +96,7 @@ def spark(spark_ready: None) -> Iterator[Any]:
     every Python runner), the RocksDB state store, the replayable range source."""
     from pyspark.sql import SparkSession
 
-    from taskstate.spark_plugin.jobs import register_source
+    from taskstate.demo.jobs import register_source
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this venv
@@ -128,9 +128,9 @@ def stored_state(redis: RedisServer, namespace: str, component: str) -> dict[str
 
 
 def event_stream(spark: Any, per_batch: int, batches: int, keys: int) -> Any:
-    """The replayable event source (spark_plugin/jobs.py): `batches` batches of `per_batch`
+    """The replayable event source (demo/jobs.py): `batches` batches of `per_batch`
     events over `keys` keys (key_of)."""
-    from taskstate.spark_plugin.jobs import SOURCE_NAME
+    from taskstate.demo.jobs import SOURCE_NAME
 
     return (
         spark.readStream.format(SOURCE_NAME)

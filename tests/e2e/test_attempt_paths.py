@@ -22,8 +22,8 @@ from typing import Any
 
 import pytest
 
+from taskstate.demo.jobs import key_of
 from taskstate.spark_plugin import configure, with_batch_id
-from taskstate.spark_plugin.jobs import key_of
 from taskstate.testing import RedisServer, SidecarProcess
 
 from .conftest import event_stream, stored_state

@@ -31,15 +31,15 @@ from typing import Any
 import pytest
 import redis
 
-from taskstate.sidecar.storage.redis.keys import meta_key
-from taskstate.spark_plugin.example import Runner, build_parser
-from taskstate.spark_plugin.jobs import (
+from taskstate.demo.example import Runner, build_parser
+from taskstate.demo.jobs import (
     COMPONENT,
     expected_rows,
     expected_state,
     read_output,
     read_state,
 )
+from taskstate.sidecar.storage.redis.keys import meta_key
 from taskstate.testing import RedisServer, find_redis_server
 
 pytestmark = pytest.mark.e2e

@@ -24,10 +24,10 @@ from typing import Any
 import orjson
 import pytest
 
+from taskstate.demo.jobs import key_of
 from taskstate.sidecar.spark_hash import partition_of
 from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.spark_plugin import configure
-from taskstate.spark_plugin.jobs import key_of
 from taskstate.testing import RedisServer, SidecarProcess
 
 from .conftest import event_stream, stored_state, to_json_files

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from taskstate.demo.example import Runner, build_parser
+from taskstate.demo.jobs import expected_state, read_output, read_state, state_from_rows
 from taskstate.sidecar.storage.redis.keys import data_key
-from taskstate.spark_plugin.example import Runner, build_parser
-from taskstate.spark_plugin.jobs import expected_state, read_output, read_state, state_from_rows
 from taskstate.testing import RedisServer
 
 pytestmark = pytest.mark.e2e

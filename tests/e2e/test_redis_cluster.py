@@ -12,9 +12,9 @@ from typing import Any
 import orjson
 import pytest
 
+from taskstate.demo.example import Runner, build_parser
+from taskstate.demo.jobs import COMPONENT, expected_state, read_output
 from taskstate.sidecar.storage.redis.keys import data_key
-from taskstate.spark_plugin.example import Runner, build_parser
-from taskstate.spark_plugin.jobs import COMPONENT, expected_state, read_output
 from taskstate.testing import SidecarProcess, find_redis_server
 from taskstate.testing.topologies import RedisClusterProcs
 

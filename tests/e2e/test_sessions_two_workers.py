@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from taskstate.spark_plugin.jobs import kill_process_groups, read_output_files
+from taskstate.demo.jobs import kill_process_groups, read_output_files
 from taskstate.testing import RedisServer, SidecarProcess
 
 from .conftest import stored_state

@@ -18,11 +18,9 @@ import pytest
 import redis
 
 from taskstate.client._session import RECENT
-from taskstate.proto.versions import Version
-from taskstate.sidecar.storage.redis.keys import meta_key
-from taskstate.spark_plugin.example import Runner, build_parser
-from taskstate.spark_plugin.faults import sidecars_of
-from taskstate.spark_plugin.jobs import (
+from taskstate.demo.example import Runner, build_parser
+from taskstate.demo.faults import sidecars_of
+from taskstate.demo.jobs import (
     APIS,
     COMPONENT,
     expected_state,
@@ -30,6 +28,8 @@ from taskstate.spark_plugin.jobs import (
     read_state,
     state_from_rows,
 )
+from taskstate.proto.versions import Version
+from taskstate.sidecar.storage.redis.keys import meta_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 pytestmark = pytest.mark.e2e

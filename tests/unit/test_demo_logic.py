@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from taskstate.spark_plugin.demo import (
+from taskstate.demo.trending import (
     ALPHA,
     BUCKET_S,
     BURSTS,
@@ -89,7 +89,7 @@ def test_demo_names_missing_extras_before_starting_anything(
 ) -> None:
     import importlib.util
 
-    from taskstate.spark_plugin import demo
+    from taskstate.demo import trending as demo
 
     real = importlib.util.find_spec
     monkeypatch.setattr(
@@ -108,7 +108,7 @@ def test_fault_batches_and_the_chart_marks_them(tmp_path: Path) -> None:
 
     from PIL import Image
 
-    from taskstate.spark_plugin.demo import chart, fault_batches
+    from taskstate.demo.trending import chart, fault_batches
 
     assert fault_batches(12, "all") == {"worker": 3, "sidecar": 6, "restart": 9}
     assert fault_batches(12, "sidecar") == {"sidecar": 6}

@@ -27,8 +27,9 @@ def test_state_ahead_names_the_task_and_the_component_to_drop() -> None:
 
 def _parsers() -> list[tuple[str, argparse.ArgumentParser]]:
     from taskstate.cli.admin import COMMANDS, build_parser
+    from taskstate.demo import example
+    from taskstate.demo import trending as demo
     from taskstate.sidecar.cli import add_arguments
-    from taskstate.spark_plugin import demo, example
 
     sidecar = argparse.ArgumentParser(prog="taskstate sidecar")
     add_arguments(sidecar)

@@ -53,7 +53,7 @@ def event(i: int, per_batch: int, words: int, batches: int) -> tuple[int, str, d
 
 def fault(a: argparse.Namespace, batch: int) -> None:
     """Strike the configured fault (after a timed-out group's commit), once per run."""
-    from taskstate.spark_plugin.faults import once
+    from taskstate.demo.faults import once
 
     if a.fault == "none" or batch < a.fault_batch or not once(a.fault_dir, "struck"):
         return
@@ -142,7 +142,7 @@ def main(argv: list[str]) -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    from taskstate.spark_plugin.jobs import register_range_source, run_until_committed
+    from taskstate.demo.jobs import register_range_source, run_until_committed
 
     spark = (
         SparkSession.builder.master(a.master)

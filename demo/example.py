@@ -97,7 +97,7 @@ class Runner:
         cmd = [
             sys.executable,
             "-m",
-            "taskstate.spark_plugin.example",
+            "taskstate.demo.example",
             "--query",
             "--api",
             a.api,

@@ -33,6 +33,7 @@ from typing import Any
 
 from taskstate.proto.ids import fq_task_id
 from taskstate.sidecar.storage.redis.keys import data_key
+from taskstate.testing.worker import held_version, holds_deferred, task_attempt, task_identity
 
 from .faults import maybe_fault, maybe_group_fault, parse_group_faults
 
@@ -156,7 +157,7 @@ class JobOptions:
             return _PLAIN.setdefault((self.namespace, part), {})
         from taskstate.client import TaskState
 
-        held = _held_version(fq_task_id(self.namespace, COMPONENT, part))
+        held = held_version(fq_task_id(self.namespace, COMPONENT, part))
         s = TaskState(
             ctx,
             component=COMPONENT,
@@ -166,16 +167,6 @@ class JobOptions:
         ).__enter__()
         record_open(self, s, held)
         return s
-
-
-def _held_version(task_id: str) -> str | None:
-    """The version of the whole, committed copy of the task this worker holds, if any."""
-    from taskstate.client import _cache
-
-    prior = _cache.sessions.get(task_id)
-    if prior is None or prior.data is None or not prior.complete or prior.deferred:
-        return None
-    return prior.version
 
 
 def record_open(opts: JobOptions, s: Any, held: str | None = None) -> None:
@@ -216,10 +207,9 @@ def record_deferred(opts: JobOptions, s: Any) -> None:
 
     Held for the executor plugin's flush (the e2e tests assert that it happened).
     """
-    session = getattr(s, "_session", None)
-    if not opts.fault_dir or session is None or not session.deferred:
+    if not opts.fault_dir or isinstance(s, dict) or not holds_deferred(s):
         return
-    attempt = s._ident.task_attempt  # noqa: SLF001 - our own harness
+    attempt = task_attempt(s)
     if attempt in _DEFERRED:
         return
     _DEFERRED.add(attempt)
@@ -238,11 +228,9 @@ def task_info() -> tuple[Any, int, int]:
     """(TaskContext, batch id, partition id) of the running task."""
     from pyspark import TaskContext
 
-    from taskstate.client._context import identity
-
     ctx = TaskContext.get()
     assert ctx is not None, "runs inside a Spark task"  # noqa: S101
-    ident = identity(ctx)
+    ident = task_identity(ctx)
     return ctx, -1 if ident.batch is None else ident.batch, ident.partition
 
 
@@ -324,7 +312,7 @@ def processor_class(opts: JobOptions, pandas: bool) -> Any:
                 held = None
                 if _in_task():
                     _, _, part = task_info()
-                    held = _held_version(fq_task_id(opts.namespace, COMPONENT, part))
+                    held = held_version(fq_task_id(opts.namespace, COMPONENT, part))
                 super().init(handle)
                 record_open(opts, self.state, held)
 

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from taskstate.testing.worker import ancestors, before_flush, holds_deferred, task_attempt
+
 if TYPE_CHECKING:
     from .jobs import JobOptions
 
@@ -28,9 +30,7 @@ def once(fault_dir: str, name: str) -> bool:
 
 def executor_pid() -> int | None:
     """The executor JVM this worker descends from."""
-    from taskstate.client._config import _ancestors
-
-    for pid in _ancestors(os.getpid()):
+    for pid in ancestors(os.getpid()):
         try:
             if Path(f"/proc/{pid}/comm").read_text().strip() == "java":
                 return pid
@@ -89,7 +89,7 @@ def parse_group_faults(text: str) -> tuple[tuple[int, str], ...]:
 
 
 _ARMED: dict[int, tuple[str, JobOptions]] = {}  # task attempt -> the fault at its flush
-_FLUSH: list[Any] = []  # the buffer's own flush, once wrapped
+_HOOKED: list[bool] = []  # this worker's flush hook is in place
 
 
 def maybe_group_fault(opts: JobOptions, s: Any, batch: int, part: int) -> None:
@@ -98,27 +98,23 @@ def maybe_group_fault(opts: JobOptions, s: Any, batch: int, part: int) -> None:
     Only once the block's changes are held for the flush (the attempt's later groups).
     """
     kind = dict(opts.group_faults).get(batch) if part == 0 and opts.fault_dir else None
-    session = getattr(s, "_session", None)
-    if kind is None or session is None or not session.deferred:
+    if kind is None or isinstance(s, dict) or not holds_deferred(s):
         return
     if kind == "sidecar":
         if once(opts.fault_dir, "group-sidecar"):
             for pid in sidecars_of(executor_pid() or -1):
                 os.kill(pid, signal.SIGKILL)
         return
-    from taskstate.client._buffer import buffer
-
-    if not _FLUSH:  # wrap this worker's flush once; the Attach thread calls it by name
-        _FLUSH.append(buffer.flush)
-        buffer.flush = _flush_with_fault  # type: ignore[method-assign]
-    _ARMED[s._ident.task_attempt] = (kind, opts)  # noqa: SLF001 - our own harness
+    if not _HOOKED:  # once per worker
+        _HOOKED.append(True)
+        before_flush(_strike_if_armed)
+    _ARMED[task_attempt(s)] = (kind, opts)
 
 
-def _flush_with_fault(attempt: int) -> Any:
+def _strike_if_armed(attempt: int) -> None:
     armed = _ARMED.pop(attempt, None)
     if armed is not None:
         _strike_at_flush(*armed)
-    return _FLUSH[0](attempt)
 
 
 def _strike_at_flush(kind: str, opts: JobOptions) -> None:

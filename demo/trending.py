@@ -368,7 +368,7 @@ class Demo:
         cmd = [
             sys.executable,
             "-m",
-            "taskstate.spark_plugin.demo",
+            "taskstate.demo.trending",
             "--query",
             "--namespace",
             f"{self.prefix}-{name}",
