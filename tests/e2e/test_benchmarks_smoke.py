@@ -28,6 +28,7 @@ def test_quick_benchmarks_run_and_report_every_figure(spark_ready: None, tmp_pat
     assert any(n.startswith("restore 50,000") for n in names)
     assert any(n.startswith("sidecar RSS") for n in names)
     assert any(n.startswith("commit latency") for n in names)
+    assert any(n.startswith("group block") for n in names)
     assert any(n.startswith("demo batch: taskstate vs plain dict") for n in names)
     assert any(n.startswith("demo batch: taskstate vs Spark") for n in names)
     (rec,) = [f for f in result["figures"] if f["name"].startswith("recovery: killed worker")]

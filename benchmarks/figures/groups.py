@@ -16,19 +16,24 @@ sync / spark beside it. After each taskstate query the benchmark checks the stat
 Redis against what the source implies.
 
 Run by `python -m benchmarks` in a child process per query:
-    python -m benchmarks.groups --variant deferred|sync|spark --groups N --keys K ...
+    python -m benchmarks.figures.groups --variant deferred|sync|spark --groups N --keys K ...
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks._query import progress, register_batch_source, run_child
+from taskstate.sidecar.storage.redis.keys import data_key
+from taskstate.testing import RedisServer
+
+from ..common import Bench, Figure, say
+from ..spark_query import progress, register_batch_source, run_child
 
 SOURCE = "taskstate_bench_groups"
 SCHEMA = "g string, v long"
@@ -142,7 +147,7 @@ def run_one(
         "--batches", str(batches), "--work", str(work), "--redis-url", redis_url,
         "--plugin-jar", plugin_jar, "--namespace", namespace,
     ]  # fmt: skip
-    run_child("benchmarks.groups", args, work, f"{variant} groups", {})
+    run_child("benchmarks.figures.groups", args, work, f"{variant} groups", {})
     reports = progress(work, batches, variant)
     return statistics.median(float(reports[b]["batchDuration"]) for b in range(2, batches))
 
@@ -153,9 +158,68 @@ def expected(groups: int, keys: int, batches: int) -> dict[str, int]:
     return {f"g{i:07d}:{j}": total for i in range(2 * groups) for j in range(keys)}
 
 
+SIZES = {"full": ((10_000, 1, 6), (1_000, 100, 6)), "quick": ((200, 1, 4), (20, 100, 4))}
+
+
+def measure(bench: Bench, size: tuple[tuple[int, int, int], ...]) -> list[Figure]:
+    """The applyInPandasWithState figures, one per shape."""
+    return groups(bench.redis, bench.work, size)
+
+
+def groups(
+    redis: RedisServer, work: Path, shapes: tuple[tuple[int, int, int], ...]
+) -> list[Figure]:
+    """Median batch: taskstate with the plugin's flush (and without) vs Spark's GroupState."""
+    from taskstate.spark_plugin.package import build_jar
+
+    jar = str(build_jar(work))
+    c = redis.client()
+    figures = []
+    for n, keys, batches in shapes:
+        got: dict[str, float] = {}
+        for variant in ("deferred", "sync", "spark"):
+            say(f"groups: {variant}, {n:,} groups per task, {keys} key(s) per group")
+            ns = f"bench-groups-{os.getpid()}-{variant}-{keys}"
+            got[variant] = run_one(
+                variant, work / f"groups-{variant}-{keys}", redis.url, jar, ns, (n, keys, batches)
+            )
+            if variant == "spark":
+                continue
+            stored: dict[str, int] = {}
+            for part in (0, 1):
+                for k, v in c.hscan_iter(data_key(ns, "groups", part), count=5000):
+                    stored[k.decode()] = int(v)
+            if stored != expected(n, keys, batches):
+                raise AssertionError(f"groups benchmark ({variant}, {keys} keys): state not exact")
+        ratio = got["deferred"] / got["spark"]
+        detail = {
+            "sync_ms": got["sync"], "sync_ratio": got["sync"] / got["spark"],
+            "batches": batches, "partitions": 2,
+            "note": "median batch duration of batches 2 and later; deferred: the executor "
+            "plugin's flush barrier (one commit per task and worker); sync: "
+            "spark.taskstate.flushBarrier=false (one commit per group, as without the "
+            "plugin); baseline: the same applyInPandasWithState with its sums in GroupState "
+            "(default state store)",
+        }  # fmt: skip
+        figures.append(
+            Figure(
+                f"applyInPandasWithState, {n:,} groups per task x {keys} key(s): median "
+                "batch, taskstate with the plugin vs GroupState",
+                got["deferred"],
+                got["spark"],
+                "ms",
+                ratio,
+                "<= 1.5",
+                ratio <= 1.5,
+                detail,
+            )  # fmt: skip
+        )
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the child process running one query."""
-    p = argparse.ArgumentParser(prog="python -m benchmarks.groups")
+    p = argparse.ArgumentParser(prog="python -m benchmarks.figures.groups")
     p.add_argument("--variant", choices=("deferred", "sync", "spark"), required=True)
     p.add_argument("--groups", type=int, required=True)
     p.add_argument("--keys", type=int, required=True)

@@ -14,12 +14,13 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 
-from taskstate.cli.admin import Admin
 from taskstate.client import LocalContext, TaskState
-from taskstate.proto import taskstate_pb2 as pb
+from taskstate.client.admin import AdminClient
 from taskstate.sidecar.spark_hash import partition_of
 from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer
+
+from ..common import Bench, Figure, say
 
 SOURCES, TARGETS = 4, 8
 
@@ -59,10 +60,16 @@ def _by_hand(redis: RedisServer, ns: str, out_ns: str) -> int:
     return moved
 
 
-def rescale_figure(redis: RedisServer, target: str, keys: int) -> list[object]:
-    """One figure: keys moved per second, ours against the hand-rolled copy."""
-    from .__main__ import Figure, _say
+SIZES = {"full": 400_000, "quick": 20_000}
 
+
+def measure(bench: Bench, size: int) -> list[Figure]:
+    """The rescale figure."""
+    return rescale_figure(bench.redis, bench.target, size)
+
+
+def rescale_figure(redis: RedisServer, target: str, keys: int) -> list[Figure]:
+    """One figure: keys moved per second, ours against the hand-rolled copy."""
     ns = f"bench-rescale-{time.time_ns() % 10**9}"
     _fill(target, ns, keys)
     t0 = time.perf_counter()
@@ -70,10 +77,9 @@ def rescale_figure(redis: RedisServer, target: str, keys: int) -> list[object]:
     base_s = time.perf_counter() - t0
     if moved != keys:
         raise AssertionError(f"rescale benchmark: the baseline moved {moved} of {keys} keys")
-    admin = Admin(target, 600.0)
-    req = pb.RescaleRequest(namespace=ns, component="c", to=TARGETS, quiet_seconds=0)
+    admin = AdminClient(target, timeout_s=600.0)
     t0 = time.perf_counter()
-    steps = list(admin.stub.Rescale(req))
+    steps = list(admin.rescale(ns, "c", TARGETS, quiet_seconds=0))
     ours_s = time.perf_counter() - t0
     done = steps[-1]
     if done.phase != "done" or done.keys != keys:
@@ -82,7 +88,7 @@ def rescale_figure(redis: RedisServer, target: str, keys: int) -> list[object]:
     for t in range(TARGETS):  # every key where Spark sends it, as in the hand-made copy
         if c.hgetall(data_key(ns, "c", t)) != c.hgetall(data_key(ns + "-copy", "c", t)):
             raise AssertionError(f"rescale benchmark: task {t} differs from the copy by hand")
-    _say(f"rescale {keys:,} keys 4 -> 8: {ours_s:.2f} s, by hand {base_s:.2f} s")
+    say(f"rescale {keys:,} keys 4 -> 8: {ours_s:.2f} s, by hand {base_s:.2f} s")
     return [
         Figure(
             name=f"rescale {keys:,} keys, 4 -> 8 tasks: keys/s, taskstate vs HSCAN+HSET by hand",

@@ -1,0 +1,66 @@
+"""Figure 1: a commit of many fields, against redis-py's pipelined HSET of the same."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import orjson
+
+from taskstate.client import LocalContext, TaskState
+from taskstate.sidecar.storage.redis.keys import data_key
+from taskstate.testing import RedisServer
+
+from ..common import Bench, Figure, value
+
+SIZES = {"full": (10_000, 7), "quick": (2_000, 3)}
+
+
+def measure(bench: Bench, size: tuple[int, int]) -> list[Figure]:
+    """The commit throughput figure."""
+    return [commit_throughput(bench.redis, bench.target, *size)]
+
+
+def commit_throughput(redis: RedisServer, target: str, fields: int, repeats: int) -> Figure:
+    """A block that writes `fields` keys and commits, against pipelined HSET of the same."""
+    keys = [f"key-{i}" for i in range(fields)]
+    ours, base, calls = [], [], []
+    ns = f"bench-commit-{os.getpid()}"
+    c = redis.client()
+    for b in range(repeats + 1):  # batch 0 creates the keys; then every batch rewrites them
+        values = [value(i, b) for i in range(fields)]
+        t0 = time.perf_counter()
+        with TaskState(LocalContext(0, batch_id=b), component="c", namespace=ns,
+                       sidecar=target) as s:  # fmt: skip
+            for k, v in zip(keys, values, strict=True):
+                s[k] = v
+            t1 = time.perf_counter()
+            s.commit()
+            call = time.perf_counter() - t1
+        took = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        pipe = c.pipeline(transaction=False)
+        enc = [orjson.dumps(v) for v in values]
+        for j in range(0, fields, 1000):
+            chunk = zip(keys[j : j + 1000], enc[j : j + 1000], strict=True)
+            pipe.hset("bench:baseline", mapping=dict(chunk))
+        pipe.execute()
+        took_base = time.perf_counter() - t0
+        if b:
+            ours.append(took)
+            base.append(took_base)
+            calls.append(call)
+    data = c.hgetall(data_key(ns, "c", 0))
+    want = {k.encode(): orjson.dumps(value(i, repeats)) for i, k in enumerate(keys)}
+    if data != want:
+        raise AssertionError("commit benchmark: Redis does not hold what was committed")
+    o, bl = statistics.median(ours), statistics.median(base)
+    ratio = bl / o
+    return Figure(
+        f"commit {fields:,} fields", fields / o, fields / bl, "fields/s", ratio,
+        ">= 0.5", ratio >= 0.5,
+        {"ours_ms": o * 1e3, "baseline_ms": bl * 1e3, "repeats": repeats,
+         "commit_call_ms": statistics.median(calls) * 1e3,
+         "baseline": "redis-py pipelined HSET in 1,000-field chunks, orjson-encoded"},
+    )  # fmt: skip
