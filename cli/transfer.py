@@ -41,7 +41,7 @@ def cmd_export(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
             "has not finished; their state is being moved. Nothing was exported. Finish the "
             "rescale (run it again with its --to), then export."
         )
-    target: IO[str] = open(a.out, "w", encoding="utf-8") if a.out else out  # noqa: SIM115
+    target: IO[str] = open(a.out, "w", encoding="utf-8") if a.out else out
     keys = 0
     try:
         for i, t in enumerate(tasks, 1):
@@ -89,7 +89,7 @@ def _entry_bytes(rec: dict[str, Any], where: str) -> bytes:
 def cmd_import(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
     """`taskstate import`: create the tasks of an export (refusing existing ones)."""
     source = a.file
-    stream: IO[str] = sys.stdin if source == "-" else open(source, encoding="utf-8")  # noqa: SIM115
+    stream: IO[str] = sys.stdin if source == "-" else open(source, encoding="utf-8")
     imported = keys = 0
     try:
         current: dict[str, Any] | None = None

@@ -30,10 +30,10 @@ _PROCESS_SCOPE = f"process-{uuid.uuid4().hex[:16]}"
 class ContextLike(Protocol):
     """What TaskState needs of a context: PySpark's TaskContext has all of it."""
 
-    def partitionId(self) -> int: ...  # noqa: D102, N802
-    def attemptNumber(self) -> int: ...  # noqa: D102, N802
-    def taskAttemptId(self) -> int: ...  # noqa: D102, N802
-    def getLocalProperty(self, key: str) -> str | None: ...  # noqa: D102, N802
+    def partitionId(self) -> int: ...  # noqa: N802
+    def attemptNumber(self) -> int: ...  # noqa: N802
+    def taskAttemptId(self) -> int: ...  # noqa: N802
+    def getLocalProperty(self, key: str) -> str | None: ...  # noqa: N802
 
 
 @dataclass

@@ -107,7 +107,7 @@ def translate(exc: grpc.RpcError, task: str | None, target: str) -> TaskStateErr
     return TaskStateError(f"{where}sidecar call failed ({code}: {details})", task)
 
 
-class _Retryable(Exception):
+class _RetryableError(Exception):
     """Internal: a transport failure that is safe to retry."""
 
     def __init__(self, error: TaskStateError) -> None:
@@ -149,19 +149,19 @@ class GrpcTransport:
             except grpc.RpcError as exc:
                 err = translate(exc, task, self.target)
                 if type(err) is SidecarUnavailableError:
-                    raise _Retryable(err) from exc
+                    raise _RetryableError(err) from exc
                 raise err from None
 
         try:
             for a in Retrying(
-                retry=retry_if_exception_type(_Retryable),
+                retry=retry_if_exception_type(_RetryableError),
                 stop=stop_after_delay(self.retry_deadline_s),
                 wait=wait_random_exponential(multiplier=0.05, max=1.0),
                 reraise=True,
             ):
                 with a:
                     return attempt()
-        except _Retryable as exc:
+        except _RetryableError as exc:
             raise exc.error from None
         raise AssertionError("unreachable")  # pragma: no cover
 

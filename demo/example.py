@@ -125,7 +125,7 @@ class Runner:
             str(run_dir / "faults"),
             *extra,
         ]
-        log = open(run_dir / "query.log", "ab")  # noqa: SIM115 - owned by the child
+        log = open(run_dir / "query.log", "ab")
         proc = subprocess.Popen(  # noqa: S603 - our own module
             cmd, env=self.env(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )

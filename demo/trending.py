@@ -402,7 +402,7 @@ class Demo:
                 cmd,
                 env=env,
                 stdout=log,
-                stderr=subprocess.STDOUT,  # noqa: S603
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
         self.children.append(p)

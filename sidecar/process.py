@@ -67,7 +67,7 @@ class SidecarProcess:
 
     def start(self, timeout: float = 30.0) -> SidecarProcess:
         """Start the sidecar and wait for its ready line."""
-        self._log = open(self.log_path, "ab")  # noqa: SIM115 - closed in kill()
+        self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(  # noqa: S603 - our own module
             [
                 self.python,

@@ -63,7 +63,7 @@ def wheel(spark_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     root = Path(__file__).resolve().parents[2]
     build = tmp_path_factory.mktemp("wheel-build")
-    r = subprocess.run(  # noqa: S603 - pip on this checkout
+    r = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", str(root), "--no-deps", "--no-build-isolation",
          "-w", str(out), "-q"],
         env={**os.environ, "TASKSTATE_REQUIRE_JAR": "1", "TMPDIR": str(build)},

@@ -60,7 +60,7 @@ with TaskState(LocalContext(0, batch_id=1), component="c", namespace=sys.argv[2]
 
 
 def run(cmd: list[str], env: dict[str, str], timeout: float = 600) -> str:
-    r = subprocess.run(  # noqa: S603 - the venv's own commands
+    r = subprocess.run(
         cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False,
         cwd="/", start_new_session=True,
     )  # fmt: skip
@@ -75,7 +75,7 @@ def test_the_wheel_installs_with_its_extras_and_runs_a_spark_submit(
 ) -> None:
     home = tmp_path_factory.mktemp("user")
     venv = home / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)  # noqa: S603
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     bin_ = venv / "bin"
     env = {
         "PATH": f"{bin_}:{os.environ['PATH']}",
@@ -95,7 +95,7 @@ def test_the_wheel_installs_with_its_extras_and_runs_a_spark_submit(
     assert "taskstate ls | show | export" in run([str(bin_ / "taskstate"), "--help"], env)
 
     sock = home / "s.sock"
-    side = subprocess.Popen(  # noqa: S603
+    side = subprocess.Popen(
         [str(bin_ / "taskstate"), "sidecar", "--redis-url", redis_server.url,
          "--listen", f"unix://{sock}", "--allow-volatile-redis"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True,

@@ -75,7 +75,7 @@ def start(spark: Any, sidecar: str, tmp: Path) -> Any:
 
 def cli(sidecar: SidecarProcess, *args: str) -> str:
     cmd = [sys.executable, "-m", "taskstate.cli.main", *args, "--sidecar", sidecar.target]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)  # noqa: S603
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout
 

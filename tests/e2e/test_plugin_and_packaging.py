@@ -146,7 +146,7 @@ spark.stop()
 def test_spark_package_copies_the_jar_the_wheel_carries(wheel: Path, tmp_path: Path) -> None:
     """Installed from the wheel, `taskstate spark-package` compiles nothing: it copies."""
     site = tmp_path / "site"
-    subprocess.run(  # noqa: S603 - pip installing the wheel, without its dependencies
+    subprocess.run(
         [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site),
          str(wheel)],
         check=True, capture_output=True, timeout=300,
@@ -158,7 +158,7 @@ def test_spark_package_copies_the_jar_the_wheel_carries(wheel: Path, tmp_path: P
         "sys.exit(p.main(['--out', sys.argv[2]]))"
     )
     out = tmp_path / "pkg"
-    r = subprocess.run(  # noqa: S603
+    r = subprocess.run(
         [sys.executable, "-c", code, str(site), str(out)],
         env=env, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
@@ -297,7 +297,7 @@ def test_the_packed_environment_runs_a_client_mode_job_as_printed(
     local-cluster: the driver runs here, the executors' workers and the plugin's sidecars
     in ./taskstate-env."""
     pkg = tmp_path / "pkg"
-    r = subprocess.run(  # noqa: S603
+    r = subprocess.run(
         [sys.executable, "-m", "taskstate.cli.main", "spark-package", "--out", str(pkg),
          "--pack-env", "--redis-url", redis_server.url],
         capture_output=True, text=True, timeout=600, check=False,
@@ -324,7 +324,7 @@ def test_the_packed_environment_runs_a_client_mode_job_as_printed(
     if "JAVA_HOME" in os.environ:
         env["JAVA_HOME"] = os.environ["JAVA_HOME"]
     submit = Path(sys.executable).parent / "spark-submit"
-    r = subprocess.run(  # noqa: S603
+    r = subprocess.run(
         [str(submit), "--master", "local-cluster[2,1,1024]", "--deploy-mode", "client",
          "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=768m",
          *flags, str(job), ns, str(result)],

@@ -102,7 +102,7 @@ def refused_restart(
 def rescale(sidecar: SidecarProcess, ns: str, to: int) -> str:
     cmd = [sys.executable, "-m", "taskstate.cli.main", "rescale", f"{ns}/counts", "--to",
            str(to), "--quiet-seconds", "0", "--sidecar", sidecar.target]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)  # noqa: S603
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -182,7 +182,7 @@ def test_a_stateful_operator_moves_with_sparks_checkpoint_repartition_then_tasks
     # Spark's own state moves to 8 partitions (it writes batch 2 for that);
     # pyspark 4.3.0 has the manager as a private attribute only (its TODO: make it public)
     manager = getattr(spark.streams, "checkpointManager", None)
-    manager = manager or spark._streamingCheckpointManager  # noqa: SLF001
+    manager = manager or spark._streamingCheckpointManager
     manager.repartition(str(tmp_path / "ck"), 8)
     # the job now declares 8; taskstate's state is still split into 4: refused
     state = everything(redis_server, ns)

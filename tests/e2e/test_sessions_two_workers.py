@@ -60,8 +60,8 @@ class Runs:
             "--fault-batch", str(FAULT_BATCH), *extra,
         ]  # fmt: skip
         env = dict(os.environ, PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
-        log = open(d / "job.log", "ab")  # noqa: SIM115 - owned by the child
-        proc = subprocess.Popen(  # noqa: S603 - our own job
+        log = open(d / "job.log", "ab")
+        proc = subprocess.Popen(
             cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
         log.close()

@@ -98,7 +98,7 @@ def test_a_restarted_query_whose_redis_lost_everything_fails_until_adopted(
     assert out_batches == {"0", "1"}, "batch 2's output was written"
 
     adopt = [sys.executable, "-m", "taskstate.cli.main", "adopt", ns, "--sidecar", sidecar.target]
-    done = subprocess.run(adopt, capture_output=True, text=True, timeout=60, check=True)  # noqa: S603
+    done = subprocess.run(adopt, capture_output=True, text=True, timeout=60, check=True)
     assert "adopted" in done.stdout
     assert until(start(spark, sidecar.target, 4, tmp_path), tmp_path / "ck/commits/3") is None
     assert stored_state(redis_server, ns, "counts") == counts(2, 3)  # empty at 2, on purpose

@@ -31,7 +31,7 @@ def cli(*args: str, sidecar: SidecarProcess | None = None, check: int | None = 0
     cmd = [sys.executable, "-m", "taskstate.cli.main", *args]
     if sidecar is not None:
         cmd += ["--sidecar", sidecar.target]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)  # noqa: S603
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     if check is not None:
         assert r.returncode == check, (r.returncode, r.stdout, r.stderr)
     return r

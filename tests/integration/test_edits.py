@@ -30,7 +30,7 @@ def run_batch(side: SidecarProcess, ns: str, batch: int, part: int = 0) -> None:
 
 def cli(side: SidecarProcess, *args: str, ok: bool = True) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "taskstate.cli.main", *args, "--sidecar", side.target]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)  # noqa: S603
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert not ok or done.returncode == 0, done.stderr
     return done
 
@@ -142,6 +142,6 @@ def test_edits_and_rescale_need_a_token_granted_the_namespace(
     with SidecarProcess(redis_server.url, tmp / "s.sock", extra=extra) as side:
         cmd = [sys.executable, "-m", "taskstate.cli.main", *args, "--sidecar", side.target,
                "--token-file", str(tmp / "other")]  # fmt: skip
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)  # noqa: S603
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     verb = "rescale" if command == "rescale" else "edit"
     assert done.returncode == 1 and f"may not {verb} it" in done.stderr, done.stderr

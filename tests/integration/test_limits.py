@@ -103,7 +103,7 @@ def _quietly(stub: pb_grpc.TaskStateServiceStub, req: pb.DescribeRequest) -> Non
 
 
 def test_bad_limit_values_stop_the_sidecar(redis_server: RedisServer, tmp_path: Path) -> None:
-    r = subprocess.run(  # noqa: S603
+    r = subprocess.run(
         [sys.executable, "-m", "taskstate.sidecar", "--redis-url", redis_server.url,
          "--listen", f"unix://{tmp_path}/s.sock", "--max-commit-keys", "0"],
         capture_output=True, text=True, timeout=60, check=False,

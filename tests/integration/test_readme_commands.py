@@ -42,9 +42,7 @@ def test_readme_sidecar_command_starts(
     listen = argv.index("--listen") + 1
     if argv[listen].startswith("unix://"):
         argv[listen] = f"unix://{tmp_path / 's.sock'}"
-    proc = subprocess.Popen(  # noqa: S603 - the README's own command
-        argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = []
     try:
         assert proc.stdout is not None

@@ -83,7 +83,7 @@ def assert_placed(r: RedisServer, ns: str, n: int, expected: Counter[str]) -> No
 
 def cli(side: SidecarProcess, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "taskstate.cli.main", *args, "--sidecar", side.target]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)  # noqa: S603
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert not check or done.returncode == 0, f"{args} failed: {done.stderr}"
     return done
 
@@ -244,7 +244,7 @@ def test_a_rescale_whose_sidecar_is_killed_mid_copy_is_finished_by_the_next_run(
         run_batch(side, namespace, 4, 0, events(0, keys))
         cmd = [sys.executable, "-m", "taskstate.cli.main", "rescale", f"{namespace}/c", "--to",
                "8", "--quiet-seconds", "0", "--sidecar", side.target]  # fmt: skip
-        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)  # noqa: S603
+        proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
         assert proc.stderr is not None
         for line in proc.stderr:
             if "copying sources 1/4" in line:

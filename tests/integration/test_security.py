@@ -35,7 +35,7 @@ TOKEN_OPS = "token-for-operators-" + "o" * 24
 def start_sidecar(
     redis: RedisServer, tmp: Path, *extra: str, env: dict[str, str] | None = None
 ) -> Any:
-    return subprocess.run(  # noqa: S603
+    return subprocess.run(
         [sys.executable, "-m", "taskstate.sidecar", "--redis-url", redis.url,
          "--listen", f"unix://{tmp}/refused.sock", *extra],
         capture_output=True, text=True, timeout=60, check=False, env=env,
@@ -196,7 +196,7 @@ def test_a_token_touches_only_its_namespaces(
 
 
 def cli(side: SidecarProcess, token: Path, *args: str, check: int) -> Any:
-    r = subprocess.run(  # noqa: S603
+    r = subprocess.run(
         [sys.executable, "-m", "taskstate.cli.main", *args, "--sidecar", side.target,
          "--token-file", str(token)],
         capture_output=True, text=True, timeout=120, check=False,

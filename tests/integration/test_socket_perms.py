@@ -39,7 +39,7 @@ def test_socket_group(redis_server: RedisServer, tmp_path: Path) -> None:
 
 
 def test_unknown_socket_group_is_refused(redis_server: RedisServer, tmp_path: Path) -> None:
-    r = subprocess.run(  # noqa: S603
+    r = subprocess.run(
         [sys.executable, "-m", "taskstate.sidecar", "--redis-url", redis_server.url,
          "--listen", f"unix://{tmp_path}/s.sock", "--socket-group", "no-such-group-xyz"],
         capture_output=True, text=True, timeout=60, check=False,

@@ -50,7 +50,7 @@ def open_fails(side: SidecarProcess, r: RedisServer, ns: str, batch: int) -> str
 
 def cli(side: SidecarProcess, *args: str) -> str:
     cmd = [sys.executable, "-m", "taskstate.cli.main", *args, "--sidecar", side.target]
-    done = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=60)  # noqa: S603
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=60)
     return done.stdout
 
 

@@ -82,7 +82,7 @@ def test_attempt_problem_grammar() -> None:
 
 def test_a_local_context_is_one_attempt_wherever_it_is_pickled() -> None:
     ctx = LocalContext(3, batch_id=5)
-    copy: Any = pickle.loads(pickle.dumps(ctx))  # noqa: S301 - our own object
+    copy: Any = pickle.loads(pickle.dumps(ctx))
     assert identity(copy).attempt_id == identity(ctx).attempt_id
     assert identity(LocalContext(3, batch_id=5)).attempt_id != identity(ctx).attempt_id
     same = LocalContext(3, batch_id=5, app_id="app-a", task_attempt_id=7)

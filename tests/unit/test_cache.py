@@ -22,7 +22,7 @@ def block(fake: FakeSidecar, ns: str, part: int, batch: int, n: int = 0) -> Task
 @pytest.fixture(autouse=True)
 def fresh_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     _cache.sessions.clear()
-    _cache._warned.clear()  # noqa: SLF001 - each test starts as a fresh worker
+    _cache._warned.clear()
     # whole states come back on every cold Open, so "restored" shows what was evicted
     # (the last test reads on demand)
     monkeypatch.setenv("TASKSTATE_LOAD", "eager")

@@ -88,7 +88,7 @@ def test_scenario_renders_lints_and_validates(chart: Any, scenario: Path, tmp_pa
             pod["metadata"]["name"] = "executor"
             files.append(tmp_path / "executor-pod.yaml")
             files[-1].write_text(yaml.safe_dump(pod))
-    r = subprocess.run(  # noqa: S603
+    r = subprocess.run(
         [str(Path(sys.executable).parent / "kubernetes-validate"), "-k", KUBE, "--strict",
          *map(str, files)],
         capture_output=True, text=True, timeout=120, check=False,

@@ -64,7 +64,7 @@ def test_packed_and_per_entry_forms_combine(stub) -> None:  # type: ignore[no-un
 )
 def test_malformed_blobs_are_refused_and_change_nothing(
     stub, field: str, blob: bytes, says: str
-) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
+) -> None:  # type: ignore[no-untyped-def]
     s, fake = stub
     epoch = _open(s)
     before = {k: dict(v.data) for k, v in fake.storage.state.tasks.items()}

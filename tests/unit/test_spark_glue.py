@@ -15,7 +15,7 @@ class FakeSparkContext:
     def __init__(self, conf: dict[str, str]) -> None:
         self.conf = conf
         self.props: dict[str, str | None] = {}
-        self.applicationId = "app-20261123-0001"  # noqa: N815 - Spark's name
+        self.applicationId = "app-20261123-0001"
 
     def getConf(self) -> Any:  # noqa: N802
         return self
@@ -60,7 +60,7 @@ def test_configure_refuses_speculation_and_bad_names() -> None:
 
 def test_with_batch_id_sets_the_property_for_the_call_only() -> None:
     class DF:
-        sparkSession = FakeSpark()
+        sparkSession = FakeSpark()  # noqa: N815 - Spark's name
 
     df = DF()
     seen = []

@@ -23,7 +23,7 @@ per_part, kill_at, every, out_json = map(str, sys.argv[4:8])
 per_part_n, kill_at_n, every_n = int(per_part), int(kill_at), int(every)
 
 
-def work(rows):  # noqa: ANN001, ANN201
+def work(rows):
     ctx = TaskContext.get()
     part, attempt = ctx.partitionId(), ctx.attemptNumber()
     with (
