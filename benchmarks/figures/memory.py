@@ -52,8 +52,8 @@ def executor_memory(
                     peak[w] = max(peak[w], kb)
             rss[name] = sum(peak)
         finally:
-            for w in ws:
-                w.close()
+            for worker in ws:
+                worker.close()
     for part in range(tasks):
         check_sum(redis, ns, part, keys, batch)
     allowed = rss["zero"] / 1024 + n_workers * bound_mib  # MiB

@@ -154,7 +154,9 @@ def test_transform_with_state_timers_through_task_state_processor(
         import pandas as pd
         from pyspark import TaskContext
 
-        batch = int(TaskContext.get().getLocalProperty("streaming.sql.batchId"))
+        ctx = TaskContext.get()
+        assert ctx is not None
+        batch = int(ctx.getLocalProperty("streaming.sql.batchId") or -1)
         return pd.DataFrame([(key, n, closed, batch, os.getpid())], columns=list(TWS_COLUMNS))
 
     class Sessions(TaskStateProcessor):

@@ -10,9 +10,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 import pytest
 from PIL import Image
+from PIL.PngImagePlugin import PngImageFile
 
 from taskstate.sidecar.storage.redis.keys import namespace_pattern
 from taskstate.testing import RedisServer
@@ -64,7 +66,7 @@ def test_demo_summary_and_chart(
     # the PNG is valid and holds the three runs
     with Image.open(tmp_path / "trending.png") as png:
         assert png.format == "PNG" and png.width > 400 and png.height > 600
-        described = json.loads(png.text["Description"])
+        described = json.loads(cast(PngImageFile, png).text["Description"])
         assert described["runs"] == ["golden", "taskstate", "plain-dict"]
         struck = summary["fault_batches"]  # marked where they struck, in the faulted runs
         assert described["faults"] == {"golden": {}, "taskstate": struck, "plain-dict": struck}

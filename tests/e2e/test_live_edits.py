@@ -46,6 +46,7 @@ def counting(sidecar: str, marks: str) -> Any:
         from taskstate.client import TaskState
 
         ctx = TaskContext.get()
+        assert ctx is not None
         rows = []
         with TaskState(ctx, component="counts", sidecar=sidecar, partitions=PARTS) as s:
             for pdf in frames:

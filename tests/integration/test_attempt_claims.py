@@ -168,7 +168,7 @@ def test_unnamed_claims_and_bad_attempt_ids(
         assert old.rolled_back and not old.reused_claim and old.epoch == first["epoch"] + 1
     assert meta(redis_server, namespace, "claim") == [None]
     after = snapshot(redis_server, namespace)
-    with pytest.raises(WorkerError) as info:  # the displaced attempt cannot come back
+    with pytest.raises(WorkerError) as refused:  # the displaced attempt cannot come back
         p2.call("enter", attempt)
-    assert info.value.kind == "FencedError"
+    assert refused.value.kind == "FencedError"
     assert snapshot(redis_server, namespace) == after

@@ -27,7 +27,7 @@ def keys(ns: str) -> tuple[str, str]:
     return meta_key(ns, "c", 0), data_key(ns, "c", 0)
 
 
-CORRUPTIONS: list[tuple[str, Callable[[Any, str], None], str]] = [
+CORRUPTIONS: list[tuple[str, Callable[[Any, str], object], str]] = [
     ("layout", lambda c, ns: c.hset(keys(ns)[0], "layout", "2"), "layout version 2 is not 1"),
     ("epoch", lambda c, ns: c.hset(keys(ns)[0], "epoch", "abc"), "is not a number"),
     ("batch", lambda c, ns: c.hset(keys(ns)[0], "batch", "x1"), "is not a number"),

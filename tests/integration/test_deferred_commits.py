@@ -129,6 +129,7 @@ def test_a_worker_killed_before_the_flush_fails_it_and_the_retry_counts_once(
     with worker_pool(side.target, namespace, 2) as (w1, w2):
         assert w1.call("groups", ctx, {f"g{i}": 1 for i in range(100)})
         attached = side.metrics()['taskstate_requests_in_flight{method="Attach"}']
+        assert w1.process.pid is not None
         os.kill(w1.process.pid, signal.SIGKILL)  # after its last group, before the task ends
         w1.process.join(10)
         # the flush comes once the sidecar saw the worker's stream end (as when the plugin

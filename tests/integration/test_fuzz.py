@@ -87,15 +87,18 @@ def packed_blobs(draw: Any) -> bytes:
     ints = st.integers(-(2**63), 2**63 - 1)  # what msgpack can encode
     kind = draw(st.integers(0, 3))
     if kind == 0:
-        return draw(st.binary(max_size=64))  # not msgpack
+        raw: bytes = draw(st.binary(max_size=64))  # not msgpack
+        return raw
     if kind == 1:  # msgpack of the wrong shape
         shape = st.one_of(ints, st.dictionaries(st.text(), ints), st.lists(ints))
-        return msgpack.packb(draw(shape))
+        blob: bytes = msgpack.packb(draw(shape))
+        return blob
     items = draw(st.lists(st.one_of(SAFE_TEXT, st.binary(max_size=20), ints, st.none()),
                           max_size=30))  # fmt: skip
     if kind == 3:
         items = items[: len(items) // 2 * 2]
-    return msgpack.packb(items, use_bin_type=True)
+    packed: bytes = msgpack.packb(items, use_bin_type=True)
+    return packed
 
 
 ENTRIES = st.lists(st.builds(pb.Entry, key=SAFE_TEXT, value=BLOB), max_size=20)
@@ -233,10 +236,10 @@ def _call(channel: grpc.Channel, method: str, body: bytes) -> tuple[str, str, st
     path = SERVICE + method
     try:
         if method in STREAMS:
-            for _ in channel.unary_stream(path)(body, timeout=20):
+            for _ in channel.unary_stream(path, None, None)(body, timeout=20):
                 pass
         else:
-            channel.unary_unary(path)(body, timeout=20)
+            channel.unary_unary(path, None, None)(body, timeout=20)
         return "OK", "", ""
     except grpc.RpcError as exc:
         call: Any = exc

@@ -39,10 +39,10 @@ def test_metrics_move_with_commits_restores_rollbacks_and_fencing(
     side, url = observed
     before = scrape(url)
     assert before["taskstate_redis_up"] == 1.0
-    for b in range(3):
-        with ts(side, namespace, b) as s:
+    for batch in range(3):
+        with ts(side, namespace, batch) as s:
             for i in range(100):
-                s[f"k{i}"] = b
+                s[f"k{i}"] = batch
     _cache.sessions.clear()  # a new worker replays batch 2: rollback, then reads on demand
     with ts(side, namespace, 2) as s:
         assert s.info.rolled_back and s.info.on_demand and s["k0"] == 1 and "nope" not in s

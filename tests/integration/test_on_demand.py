@@ -7,6 +7,8 @@ against what Redis holds, exactly, and which round trips it took (the sidecar's 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from taskstate.client import ConfigError, FencedError, LocalContext, TaskState, _cache, _reads
@@ -63,7 +65,7 @@ def test_a_cold_worker_reads_what_it_touches_and_commits_exactly(
     m = moved(before, counters(metered_sidecar))
     # one batch of 4 keys, then k0004, k0005, k0006 and nope2 one by one; no restore
     assert m == {"found": 6, "absent": 2, "gets": 5, "restores": 0, "not_covered": 0}
-    want = {k: v for k, v in state.items() if k != "k0004"}
+    want: dict[str, Any] = {k: v for k, v in state.items() if k != "k0004"}
     want["k0001"] = {"n": 101}
     want["k0003"] = "written unread"
     raw = stored(redis_server, namespace)

@@ -6,7 +6,7 @@ import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -181,7 +181,11 @@ def test_exception_inside_with_commits_nothing(
     after = snapshot(redis_server, namespace)
     meta = meta_key(namespace, "c", 0).encode()
     assert committed_snapshot(redis_server, namespace) == strip_claim(before)
-    assert int(after[meta][b"epoch"]) == int(before[meta][b"epoch"]) + 1
+    after_meta, before_meta = (
+        cast(dict[bytes, bytes], after[meta]),
+        cast(dict[bytes, bytes], before[meta]),
+    )
+    assert int(after_meta[b"epoch"]) == int(before_meta[b"epoch"]) + 1
     with ts(sidecar, namespace, 2) as s:
         assert dict(s) == {"n": {"count": 1}}
 
@@ -230,7 +234,7 @@ def test_sidecar_itself_refuses_bad_task_ids(
             with pytest.raises(grpc.RpcError) as info:
                 call(req, timeout=10)
             assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-            assert "invalid task id" in info.value.details()
+            assert "invalid task id" in (info.value.details() or "")
     assert sorted(redis_server.client().keys("*")) == keys_before
 
 

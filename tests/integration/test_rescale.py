@@ -13,7 +13,9 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import AsyncGenerator
 from pathlib import Path
+from typing import Any, cast
 
 import orjson
 import pytest
@@ -198,7 +200,9 @@ def interrupt(redis_server: RedisServer, ns: str, to: int, phase: str, after: in
 
     async def run() -> None:
         storage = RedisBackend(redis_server.url)
-        steps = storage.admin.rescale(ns, COMPONENT, to, "string", 0.0)
+        steps = cast(
+            AsyncGenerator[Any, None], storage.admin.rescale(ns, COMPONENT, to, "string", 0.0)
+        )
         try:
             async for step in steps:
                 if step.phase == phase and step.done == after:

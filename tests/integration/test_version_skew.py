@@ -30,7 +30,7 @@ pytestmark = pytest.mark.integration
 _SERVICE = "taskstate.v1.TaskStateService"
 
 # (message, fields an older sidecar does not know)
-_NEWER_FIELDS: dict[type, tuple[str, ...]] = {
+_NEWER_FIELDS: dict[Any, tuple[str, ...]] = {
     pb.CommitRequest: ("packed_upserts", "packed_deletes"),
     pb.RestoreRequest: ("packed", "since_version", "delta_only"),
     pb.GetRequest: ("packed_keys",),
@@ -38,7 +38,7 @@ _NEWER_FIELDS: dict[type, tuple[str, ...]] = {
 }
 
 
-def _as_old(msg_type: type, raw: bytes) -> bytes:
+def _as_old(msg_type: Any, raw: bytes) -> bytes:
     msg = msg_type.FromString(raw)
     for name in _NEWER_FIELDS.get(msg_type, ()):
         msg.ClearField(name)
@@ -69,7 +69,7 @@ class OldSidecarProxy:
         self._server.start()
 
     def _unary(self, name: str, req_t: type | None, resp_t: type | None) -> Any:
-        call = self._channel.unary_unary(f"/{_SERVICE}/{name}")
+        call = self._channel.unary_unary(f"/{_SERVICE}/{name}", None, None)
 
         def handle(raw: bytes, context: grpc.ServicerContext) -> bytes:
             self.seen[name] = self.seen.get(name, 0) + 1
@@ -78,14 +78,15 @@ class OldSidecarProxy:
             try:
                 reply: bytes = call(raw)
             except grpc.RpcError as exc:
-                context.set_trailing_metadata(exc.trailing_metadata())
-                context.abort(exc.code(), exc.details())
+                failed: Any = exc  # a grpc.Call too
+                context.set_trailing_metadata(failed.trailing_metadata())
+                context.abort(failed.code(), failed.details() or "")
             return _as_old(resp_t, reply) if resp_t is not None else reply
 
         return grpc.unary_unary_rpc_method_handler(handle)
 
     def _stream(self, name: str, req_t: type) -> Any:
-        call = self._channel.unary_stream(f"/{_SERVICE}/{name}")
+        call = self._channel.unary_stream(f"/{_SERVICE}/{name}", None, None)
 
         def handle(raw: bytes, context: grpc.ServicerContext) -> Iterator[bytes]:
             self.seen[name] = self.seen.get(name, 0) + 1

@@ -4,7 +4,7 @@ is retried as a new attempt, and only acknowledged commits enter the model."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,7 +87,7 @@ def run_round(
         run_batch(target, namespace, p, batch, **kw)
 
 
-def decode_hash(raw: dict[bytes, bytes]) -> dict[str, Any]:
+def decode_hash(raw: Mapping[Any, Any]) -> dict[str, Any]:
     """A task's data hash as the values the task wrote."""
     import orjson
 

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+helm_python: Any
 try:
     import helm_python
 except ImportError:  # a test that needs it says what to install; it never skips

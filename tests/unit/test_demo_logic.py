@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from PIL.PngImagePlugin import PngImageFile
 
 from taskstate.demo.trending import (
     ALPHA,
@@ -118,4 +119,4 @@ def test_fault_batches_and_the_chart_marks_them(tmp_path: Path) -> None:
     png = tmp_path / "c.png"
     chart(png, runs, {"golden": "g", "faulted": "f"}, ["#a"], 8, marks)
     with Image.open(png) as img:
-        assert json.loads(img.text["Description"])["faults"] == marks
+        assert json.loads(cast(PngImageFile, img).text["Description"])["faults"] == marks

@@ -3,6 +3,8 @@ are refused with INVALID_ARGUMENT, leaving the state untouched."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 import msgpack
 import pytest
@@ -63,13 +65,15 @@ def test_packed_and_per_entry_forms_combine(stub) -> None:  # type: ignore[no-un
     ],
 )
 def test_malformed_blobs_are_refused_and_change_nothing(
-    stub, field: str, blob: bytes, says: str
-) -> None:  # type: ignore[no-untyped-def]
+    stub: Any, field: str, blob: bytes, says: str
+) -> None:
     s, fake = stub
     epoch = _open(s)
     before = {k: dict(v.data) for k, v in fake.storage.state.tasks.items()}
     with pytest.raises(grpc.RpcError) as info:
-        s.Commit(pb.CommitRequest(task=TASK, epoch=epoch, batch=1, **{field: blob}))
+        req = pb.CommitRequest(task=TASK, epoch=epoch, batch=1)
+        setattr(req, field, blob)
+        s.Commit(req)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert says in (info.value.details() or "") and "n/c/0" in (info.value.details() or "")
     assert {k: dict(v.data) for k, v in fake.storage.state.tasks.items()} == before

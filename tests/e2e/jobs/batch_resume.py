@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+from typing import Any
 
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
@@ -23,8 +24,9 @@ per_part, kill_at, every, out_json = map(str, sys.argv[4:8])
 per_part_n, kill_at_n, every_n = int(per_part), int(kill_at), int(every)
 
 
-def work(rows):
+def work(rows: Any) -> Any:
     ctx = TaskContext.get()
+    assert ctx is not None
     part, attempt = ctx.partitionId(), ctx.attemptNumber()
     with (
         TaskState(ctx, component="batch-sum", sidecar=sidecar) as s,

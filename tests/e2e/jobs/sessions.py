@@ -82,7 +82,8 @@ def group_fn(a: argparse.Namespace) -> Callable[..., Iterator[Any]]:
         from pyspark import TaskContext
 
         ctx = TaskContext.get()
-        batch = int(ctx.getLocalProperty("streaming.sql.batchId"))
+        assert ctx is not None
+        batch = int(ctx.getLocalProperty("streaming.sql.batchId") or -1)
         with open(Path(a.pids_dir) / str(os.getpid()), "a") as log:
             log.write(f"{ctx.taskAttemptId()} {batch} {int(gs.hasTimedOut)}\n")
         (word,) = key
