@@ -4,7 +4,7 @@
 route a row by `HashPartitioning`: `Pmod(Murmur3Hash(cols, seed=42), n)`. This is a
 faithful reimplementation of Spark's `Murmur3_x86_32` (including its historical
 treatment of trailing bytes, which differs from the reference MurmurHash3) and of how
-`Murmur3Hash` feeds each type to it. tests/e2e/test_spark_hash.py checks it against
+`Murmur3Hash` feeds each type to it. tests/e2e/sidecar/test_spark_hash.py checks it against
 Spark's own `hash()` and `spark_partition_id()` on many keys of every type here.
 
 A key reaches us as the text of a state key, so each type names how that text is

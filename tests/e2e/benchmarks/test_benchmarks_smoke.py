@@ -1,0 +1,60 @@
+"""`python -m benchmarks --quick` runs every figure end to end and checks its own results
+(no timing is asserted: these machines are noisy). The Spark figures make this about 2 min."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_quick_benchmarks_run_and_report_every_figure(spark_ready: None, tmp_path: Path) -> None:
+    out = tmp_path / "b.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--json", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(out.read_text())
+    names = [f["name"] for f in result["figures"]]
+    assert any(n.startswith("commit 2,000") for n in names)
+    assert any(n.startswith("restore 50,000") for n in names)
+    assert any(n.startswith("sidecar RSS") for n in names)
+    assert any(n.startswith("commit latency") for n in names)
+    assert any(n.startswith("group block") for n in names)
+    assert any(n.startswith("demo batch: taskstate vs plain dict") for n in names)
+    assert any(n.startswith("demo batch: taskstate vs Spark") for n in names)
+    (rec,) = [f for f in result["figures"] if f["name"].startswith("recovery: killed worker")]
+    (big,) = [f for f in result["figures"] if f["name"].startswith("large-state batch")]
+    assert big["detail"] == rec["detail"]  # one run of the three queries, two figures
+    for side in ("taskstate", "taskstate_eager", "spark"):  # each query checked its state
+        assert rec["detail"][side]["recovery_s"] > 0 and rec["detail"][side]["normal_ms"] > 0
+    hand = [f for f in result["figures"] if f["name"].startswith("hand-over batch")]
+    assert len(hand) == 2 and hand[0]["detail"]["40000_delta_restores"] == 5
+    groups = [f for f in result["figures"] if f["name"].startswith("applyInPandasWithState")]
+    assert len(groups) == 2 and all(g["ours"] > 0 and g["detail"]["sync_ms"] > 0 for g in groups)
+    (mem,) = [f for f in result["figures"] if f["name"].startswith("executor memory")]
+    (moved,) = [f for f in result["figures"] if f["name"].startswith("rescale 20,000 keys")]
+    assert moved["ours"] > 0 and moved["baseline"] > 0
+    assert mem["detail"]["rss_mib"]["unbounded"] > 0
+    for f in result["figures"]:
+        assert f["ours"] >= 0 and f["baseline"] > 0 and f["ratio"] > 0, f
+    assert result["machine"]["cpus"] and "redis_server" in result["machine"]
+    # the table names every figure too
+    for n in names:
+        assert n in r.stdout
+
+
+def test_unknown_figure_is_refused() -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--only", "nonsense"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert r.returncode == 2 and "unknown figure" in r.stderr

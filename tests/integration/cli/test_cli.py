@@ -1,0 +1,409 @@
+"""The operator CLI (`taskstate ls/show/export/import/drop/doctor`) against a real sidecar."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from taskstate.client import (
+    LocalContext,
+    PartitionCountError,
+    StateAheadError,
+    TaskState,
+    TaskStateError,
+    _cache,
+)
+from taskstate.sidecar.storage.redis.keys import namespace_key
+from taskstate.testing import RedisServer, SidecarProcess
+
+from ..conftest import snapshot
+
+pytestmark = pytest.mark.integration
+
+
+def cli(*args: str, sidecar: SidecarProcess | None = None, check: int | None = 0) -> Any:
+    cmd = [sys.executable, "-m", "taskstate.cli.main", *args]
+    if sidecar is not None:
+        cmd += ["--sidecar", sidecar.target]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    if check is not None:
+        assert r.returncode == check, (r.returncode, r.stdout, r.stderr)
+    return r
+
+
+def ts(
+    side: SidecarProcess,
+    ns: str,
+    batch: int,
+    part: int = 0,
+    comp: str = "c",
+    partitions: int | None = None,
+) -> TaskState:
+    ctx = LocalContext(part, batch_id=batch)
+    return TaskState(ctx, component=comp, namespace=ns, sidecar=side.target, partitions=partitions)
+
+
+def refusal(side: SidecarProcess, ns: str, batch: int, part: int, partitions: int | None) -> str:
+    """The PartitionCountError an Open under `partitions` gets (it must get one)."""
+    _cache.sessions.clear()
+    with (
+        pytest.raises(PartitionCountError) as err,
+        ts(side, ns, batch, part, partitions=partitions),
+    ):
+        pass
+    return str(err.value)
+
+
+VALUES: dict[str, Any] = {
+    "plain": 1,
+    "float": 0.1 + 0.2,
+    "big": 2**62,
+    "text": 'héllo ✓ "quoted"\n',
+    "nested": {"rate": 1.5, "seen": [1, 2, {"x": None}], "ok": True},
+    "empty": {},
+}
+
+
+def test_show_prints_exactly_what_the_next_attempt_restores(
+    sidecar: SidecarProcess, namespace: str
+) -> None:
+    live = ts(sidecar, namespace, 0)
+    with live as s:
+        s.update(VALUES)
+        s["gone"] = 1
+    with ts(sidecar, namespace, 1) as s:
+        del s["gone"]
+        s["nested"]["seen"].append(3)  # changed in place: committed too
+        s.commit(position={"offset": 42})
+    out = json.loads(cli("show", f"{namespace}/c/0", "--json", sidecar=sidecar).stdout)
+    _cache.sessions.clear()  # the next attempt runs in a new worker: it restores
+    with ts(sidecar, namespace, 2) as s:
+        restored = dict(s)
+        assert s.info.restored
+        position = s.position
+    assert out["state"] == restored
+    assert out["task"]["committed_batch"] == 1 and out["task"]["position"] == position
+    assert out["task"]["keys"] == len(restored) == len(VALUES)
+
+    human = cli("show", f"{namespace}/c/0", "--keys", "n*", sidecar=sidecar).stdout
+    assert "committed batch: 2" in human and "1 key(s) matching 'n*'" in human
+    assert '  nested = {"rate": 1.5, "seen": [1, 2, {"x": null}, 3], "ok": true}' in human
+
+
+def test_show_reads_one_version_while_commits_land(sidecar: SidecarProcess, namespace: str) -> None:
+    """Every commit rewrites all 20,000 keys with its batch number: one version = one value.
+
+    The reads race the commits (HSCAN pages interleave with them); a read that saw a
+    commit land is started again, so each result holds a single value.
+    """
+    from taskstate.client.admin import AdminClient
+    from taskstate.proto import taskstate_pb2 as pb
+
+    n = 20_000
+    with ts(sidecar, namespace, 0) as s:
+        s.update({f"k{i:05d}": 0 for i in range(n)})
+    stop = threading.Event()
+    commits = [0]
+
+    def writer() -> None:
+        b = 1
+        while not stop.is_set():
+            with ts(sidecar, namespace, b) as s:
+                for i in range(n):
+                    s[f"k{i:05d}"] = b
+            commits[0] += 1
+            b += 1
+            stop.wait(0.05)
+
+    admin = AdminClient(sidecar.target, timeout_s=30)
+    task = pb.TaskId(namespace=namespace, component="c", partition=0)
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        for _ in range(40):
+            data, _ = admin.read(task)
+            values = set(data.values())
+            assert len(data) == n and len(values) == 1, sorted(values)[:5]
+            if admin.rereads >= 3:
+                break
+    finally:
+        stop.set()
+        t.join()
+    assert commits[0] >= 3 and admin.rereads >= 1  # the reads really raced commits
+    out = json.loads(cli("show", f"{namespace}/c/0", "--json", sidecar=sidecar).stdout)
+    assert set(out["state"].values()) == {out["task"]["committed_batch"]}
+
+
+def test_ls_lists_namespaces_and_tasks(sidecar: SidecarProcess, namespace: str) -> None:
+    for part in range(3):
+        with ts(sidecar, namespace, 5, part=part) as s:
+            s["k"] = part
+    with ts(sidecar, namespace, 5, comp="other") as s:
+        s["k"] = 1
+    assert namespace in json.loads(cli("ls", "--json", sidecar=sidecar).stdout)
+    tasks = json.loads(cli("ls", namespace, "--json", sidecar=sidecar).stdout)
+    assert [t["task"] for t in tasks] == [f"{namespace}/c/{p}" for p in range(3)] + [
+        f"{namespace}/other/0"
+    ]
+    assert all(t["committed_batch"] == 5 and t["keys"] == 1 for t in tasks)
+    table = cli("ls", f"{namespace}/c", sidecar=sidecar).stdout.splitlines()
+    assert table[0].split()[:3] == ["TASK", "BATCH", "KEYS"] and len(table) == 4
+    assert cli("ls", "bad name!", sidecar=sidecar, check=2).stderr.count("namespace") >= 1
+
+
+def test_export_drop_import_round_trip(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str, tmp_path: Path
+) -> None:
+    for part in range(2):
+        with ts(sidecar, namespace, 7, part=part) as s:
+            s.update({**VALUES, "part": part, **{f"n{i}": i for i in range(6000)}})
+            s.commit(position={"offset": 100 + part})
+    before = snapshot(redis_server, namespace)
+    dump = tmp_path / "export.jsonl"
+    r = cli("export", namespace, "--out", str(dump), sidecar=sidecar)
+    assert "2 task(s), 12014 key(s)" in r.stderr
+    lines = [json.loads(x) for x in dump.read_text().splitlines()]
+    assert [x["task"] for x in lines if x["type"] == "task"] == [
+        f"{namespace}/c/{p}" for p in (0, 1)
+    ]
+
+    assert "with --yes" in cli("drop", namespace, sidecar=sidecar, check=2).stderr
+    assert snapshot(redis_server, namespace) == before  # refused: untouched
+    assert "dropped 2 task(s)" in cli("drop", namespace, "--yes", sidecar=sidecar).stdout
+    # only the namespace's record is left: a drop keeps the namespace known
+    assert redis_server.client().keys(f"*{namespace}*") == [namespace_key(namespace).encode()]
+
+    r = cli("import", str(dump), sidecar=sidecar)
+    assert "imported 2 task(s), 12014 key(s)" in r.stdout
+    _cache.sessions.clear()
+    for part in range(2):
+        with ts(sidecar, namespace, 8, part=part) as s:
+            assert dict(s) == {**VALUES, "part": part, **{f"n{i}": i for i in range(6000)}}
+            assert s.position == {"offset": 100 + part} and s.info.committed_batch == 7
+
+    again = cli("import", str(dump), sidecar=sidecar, check=1)
+    assert "already has state" in again.stderr and "--replace" in again.stderr
+    cli("import", str(dump), "--replace", sidecar=sidecar)
+
+
+def test_the_round_trip_keeps_the_partition_count_and_its_refusals(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str, tmp_path: Path
+) -> None:
+    """export, drop, import, then the job restarted under another count: refused as before.
+
+    Without the count in the export, the restarted job would open the imported tasks and
+    count its keys in the wrong partitions, silently.
+    """
+    for part in range(2):
+        with ts(sidecar, namespace, 5, part=part, partitions=2) as s:
+            s.update({f"k{part}-{i}": i for i in range(50)})
+    before = snapshot(redis_server, namespace)
+    # the refusals without a round trip: another count, and a partition outside it
+    other_count = refusal(sidecar, namespace, 6, 0, partitions=3)
+    new_partition = refusal(sidecar, namespace, 6, 2, partitions=3)
+    outside = refusal(sidecar, namespace, 6, 2, partitions=None)
+    assert "split into 2 partitions" in other_count and "now declares 3" in other_count
+    assert snapshot(redis_server, namespace) == before
+
+    table = cli("ls", namespace, sidecar=sidecar).stdout.splitlines()
+    assert table[0].split()[:4] == ["TASK", "BATCH", "KEYS", "PARTITIONS"]
+    assert all(row.split()[3] == "2" for row in table[1:]), table
+    assert "partitions:      2" in cli("show", f"{namespace}/c/1", sidecar=sidecar).stdout
+    dump = tmp_path / "export.jsonl"
+    cli("export", namespace, "--out", str(dump), sidecar=sidecar)
+    heads = [json.loads(x) for x in dump.read_text().splitlines() if '"type":"task"' in x]
+    assert [h["partitions"] for h in heads] == [2, 2]
+    cli("drop", namespace, "--yes", sidecar=sidecar)
+    cli("import", str(dump), sidecar=sidecar)
+    imported = snapshot(redis_server, namespace)
+
+    assert refusal(sidecar, namespace, 6, 0, partitions=3) == other_count
+    assert refusal(sidecar, namespace, 6, 2, partitions=3) == new_partition
+    assert refusal(sidecar, namespace, 6, 2, partitions=None) == outside
+    assert snapshot(redis_server, namespace) == imported  # each refusal changed nothing
+    _cache.sessions.clear()
+    with ts(sidecar, namespace, 6, part=1, partitions=2) as s:
+        assert dict(s) == {f"k1-{i}": i for i in range(50)}
+
+
+def test_an_export_without_partition_counts_is_imported_only_with_one_given(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str, tmp_path: Path
+) -> None:
+    for part in range(2):
+        with ts(sidecar, namespace, 5, part=part, partitions=2) as s:
+            s["n"] = part
+    dump = tmp_path / "export.jsonl"
+    cli("export", namespace, "--out", str(dump), sidecar=sidecar)
+    cli("drop", namespace, "--yes", sidecar=sidecar)
+    emptied = snapshot(redis_server, namespace)
+    # an export as taskstate wrote it before it carried the count
+    old = tmp_path / "old.jsonl"
+    lines = [json.loads(x) for x in dump.read_text().splitlines()]
+    for line in lines:
+        line.pop("partitions", None)
+    old.write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+    r = cli("import", str(old), sidecar=sidecar, check=2)
+    assert f"{old}:1: task {namespace}/c/0 has no partition count" in r.stderr
+    assert "--partitions N" in r.stderr and "--partitions none" in r.stderr
+    r = cli("import", str(dump), "--partitions", "3", sidecar=sidecar, check=2)
+    assert "exported with partitions 2, and --partitions says 3" in r.stderr
+    assert snapshot(redis_server, namespace) == emptied  # nothing imported
+
+    cli("import", str(old), "--partitions", "2", sidecar=sidecar)
+    assert "split into 2 partitions" in refusal(sidecar, namespace, 6, 0, partitions=3)
+
+    # a component whose tasks were dropped one by one keeps its recorded count: an import
+    # that brings another one is refused, and writes nothing
+    for part in range(2):
+        cli("drop", f"{namespace}/c/{part}", "--yes", sidecar=sidecar)
+    kept = snapshot(redis_server, namespace)
+    r = cli("import", str(old), "--partitions", "3", sidecar=sidecar, check=1)
+    assert "split into 2 partitions, and the import brings 3 partitions" in r.stderr
+    assert "Nothing of this task was imported" in r.stderr
+    assert snapshot(redis_server, namespace) == kept
+
+
+def test_imported_task_refuses_a_replay_of_its_batch_rather_than_count_twice(
+    sidecar: SidecarProcess, namespace: str, tmp_path: Path
+) -> None:
+    with ts(sidecar, namespace, 3) as s:
+        s["n"] = 3
+    dump = tmp_path / "e.jsonl"
+    cli("export", namespace, "--out", str(dump), sidecar=sidecar)
+    cli("import", str(dump), "--replace", sidecar=sidecar)
+    _cache.sessions.clear()
+    with pytest.raises(TaskStateError, match="older than the state"), ts(sidecar, namespace, 3):
+        pass
+    with pytest.raises(StateAheadError), ts(sidecar, namespace, 2):
+        pass
+
+
+def test_show_and_import_refuse_bad_input_clearly(
+    sidecar: SidecarProcess, namespace: str, tmp_path: Path
+) -> None:
+    r = cli("show", f"{namespace}/c/0", sidecar=sidecar, check=1)
+    assert f"task {namespace}/c/0: no state stored" in r.stderr
+    assert "NAMESPACE/COMPONENT/PARTITION" in cli("show", "a/b", sidecar=sidecar, check=2).stderr
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"type": "task", "task": "x/c/0", "partitions": null}\nnot json\n')
+    r = cli("import", str(bad), sidecar=sidecar, check=2)
+    assert f"{bad}:2: not a JSON line" in r.stderr
+    r = cli("adopt", f"{namespace}/c", sidecar=sidecar, check=2)
+    assert "adopt takes a NAMESPACE" in r.stderr
+    assert "namespace" in cli("adopt", "bad name!", sidecar=sidecar, check=2).stderr
+
+
+def test_doctor_names_each_problem_and_exits_nonzero(
+    redis_server: RedisServer, sidecar: SidecarProcess, tmp_path: Path
+) -> None:
+    # the fixture's Redis keeps nothing on disk (appendonly no, save ""): a restart would
+    # lose every task's state, so doctor fails and says what to change
+    r = cli("doctor", "--json", sidecar=sidecar, check=1)
+    report = json.loads(r.stdout)
+    assert not report["ok"] and report["topology"] == "standalone"
+    assert report["servers"][0]["version"].startswith("7.")
+    checks = {c["name"]: c for c in report["checks"]}
+    assert not checks["persistence"]["ok"], checks
+    assert "appendonly yes" in checks["persistence"]["detail"]
+    assert checks["eviction"]["ok"] and checks["durability applied"]["ok"], checks
+
+    # durability fsynced on a Redis without persistence
+    r = cli("doctor", "--durability", "fsynced", sidecar=sidecar, check=1)
+    assert "[FAIL] durability fsynced" in r.stdout and "appendonly" in r.stdout
+    r = cli("doctor", "--durability", "replicated:1", sidecar=sidecar, check=1)
+    assert "[FAIL] durability replicated:1" in r.stdout and "0" in r.stdout
+
+    # no sidecar at all
+    gone = SidecarProcess(redis_server.url, tmp_path / "nothing-here.sock")
+    r = cli("doctor", sidecar=gone, check=1)
+    assert "[FAIL] sidecar reachable" in r.stdout and "taskstate sidecar" in r.stdout
+    assert "no answer" in cli("health", "--live", sidecar=gone, check=1).stderr
+    assert cli("health", sidecar=sidecar).stdout.strip() == "SERVING"
+
+    # a sidecar whose Redis is down: reachable, but not serving
+    dead = RedisServer(tmp_path / "dead").start()
+    side = SidecarProcess(dead.url, tmp_path / "s2.sock").start()
+    try:
+        dead.kill()
+        import time
+
+        time.sleep(2.5)  # the health watcher pings every second
+        r = cli("doctor", "--timeout", "20", sidecar=side, check=1)
+        assert "[ok] sidecar reachable" in r.stdout
+        assert "[FAIL] sidecar serving" in r.stdout
+        # the probes: alive (liveness passes), not ready (readiness fails)
+        assert cli("health", "--live", sidecar=side).stdout.strip() == "NOT_SERVING"
+        assert cli("health", sidecar=side, check=1).stdout.strip() == "NOT_SERVING"
+    finally:
+        side.kill()
+        dead.stop()
+
+
+def test_doctor_passes_on_aof_with_noeviction_and_fails_on_an_evicting_policy(
+    tmp_path: Path,
+) -> None:
+    with RedisServer(tmp_path / "aof", appendonly=True) as aof:
+        side = SidecarProcess(aof.url, tmp_path / "aof.sock").start()
+        try:
+            r = cli("doctor", sidecar=side)
+            assert "[ok] persistence: append-only file" in r.stdout, r.stdout
+            assert "[ok] eviction: noeviction" in r.stdout, r.stdout
+            aof.client().config_set("maxmemory-policy", "allkeys-lru")
+            r = cli("doctor", sidecar=side, check=1)
+            assert "[FAIL] eviction" in r.stdout and "allkeys-lru" in r.stdout, r.stdout
+            assert "maxmemory-policy noeviction" in r.stdout
+            aof.client().config_set("maxmemory-policy", "volatile-lru")  # no TTL: not ours
+            assert "[ok] eviction: volatile-lru" in cli("doctor", sidecar=side).stdout
+        finally:
+            side.kill()
+
+
+def test_the_sidecar_warns_at_start_about_a_redis_that_can_lose_state(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """Unless told that the Redis is throwaway (--allow-volatile-redis)."""
+    c = redis_server.client()
+    c.config_set("maxmemory-policy", "allkeys-lfu")
+    try:
+        side = SidecarProcess(redis_server.url, tmp_path / "warn.sock").start()
+        quiet = SidecarProcess(
+            redis_server.url, tmp_path / "quiet.sock", extra=["--allow-volatile-redis"]
+        ).start()
+        side.kill()
+        quiet.kill()
+    finally:
+        c.config_set("maxmemory-policy", "noeviction")
+    warnings = [
+        json.loads(line)
+        for line in side.log_path.read_text().splitlines()
+        if "redis can lose task state" in line
+    ]
+    assert {w["check"] for w in warnings} == {"persistence", "eviction"}, warnings
+    assert all(w["level"] == "warning" for w in warnings), warnings
+    assert "redis can lose task state" not in quiet.log_path.read_text()
+
+
+def test_operator_commands_reach_a_redis_without_a_running_sidecar(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str, tmp_path: Path
+) -> None:
+    """`--redis-url`: a private sidecar for the call (a plugin job's sidecars are gone)."""
+    with ts(sidecar, namespace, 0) as s:
+        s["k"] = 1
+    url = ["--redis-url", redis_server.url]
+    listed = json.loads(cli("ls", namespace, "--json", *url).stdout)
+    assert [t["task"] for t in listed] == [f"{namespace}/c/0"]
+    assert '"k"' in cli("show", f"{namespace}/c/0", "--json", *url).stdout
+    assert "already known" in cli("adopt", namespace, *url).stdout
+    assert "[ok] redis reachable" in cli("doctor", *url, check=1).stdout  # no persistence
+    r = cli("ls", *url, sidecar=sidecar, check=2)
+    assert "--sidecar and --redis-url: give one or the other" in r.stderr
+    r = cli("ls", "--redis-url", f"unix://{tmp_path}/nothing.sock", check=1)
+    assert r.stderr.startswith(f"taskstate ls: Redis at unix://{tmp_path}/nothing.sock does not")
+    assert "Traceback" not in r.stderr

@@ -1,0 +1,249 @@
+"""Deferred group commits against a real redis-server and a sidecar with a flush barrier.
+
+The test plays the executor plugin: it writes `FLUSH N` / `DISCARD N` on the barrier
+socket as the plugin does in onTaskSucceeded / onTaskFailed. Group blocks run in this
+process and in spawned worker processes (attempt_worker.py), as Spark's pooled Python
+workers run them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from taskstate.client import LocalContext, TaskState
+from taskstate.client._buffer import buffer
+from taskstate.testing import RedisServer, SidecarProcess
+
+from ..attempt_worker import worker_pool
+from ..conftest import stored
+
+
+@pytest.fixture(scope="module")
+def barrier_sidecar(
+    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[SidecarProcess, Path]]:
+    """A sidecar started as the plugin starts it: with a barrier socket beside its own."""
+    d = tmp_path_factory.mktemp("barrier")
+    barrier = d / "b.sock"
+    with SidecarProcess(
+        redis_server.url,
+        d / "s.sock",
+        extra=["--barrier", str(barrier), "--flush-timeout", "20", "--redis-deadline", "1",
+               "--metrics-port", "0"],
+    ) as s:  # fmt: skip
+        yield s, barrier
+
+
+def ask(barrier: Path, line: str) -> str:
+    """One request on the barrier socket, as the plugin sends it."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(60)
+        s.connect(str(barrier))
+        s.sendall(line.encode() + b"\n")
+        out = b""
+        while not out.endswith(b"\n"):
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            out += chunk
+    return out.decode().strip()
+
+
+def groups(ctx: LocalContext, target: str, namespace: str, n: int, start: int = 0) -> None:
+    """n one-key group blocks in this process: key gI gets 1 added."""
+    for i in range(start, start + n):
+        with TaskState(ctx, component="c", namespace=namespace, sidecar=target) as s:
+            s[f"g{i}"] = (s.get(f"g{i}") or 0) + 1
+
+
+def test_group_blocks_are_committed_once_at_the_flush(
+    barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
+) -> None:
+    side, barrier = barrier_sidecar
+    before = side.metrics()
+    ctx = LocalContext(0, batch_id=1)
+    groups(ctx, side.target, namespace, 500)
+    # the first block committed at its exit; the 499 others are held in this process
+    assert stored(redis_server, namespace, int) == {"g0": 1}
+    assert buffer.holds(ctx.taskAttemptId())
+    assert ask(barrier, f"FLUSH {ctx.taskAttemptId()}") == "OK 499"
+    assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(500)}
+    assert not buffer.holds(ctx.taskAttemptId())
+    # the next batch's attempt reads what was flushed, and defers again
+    ctx2 = LocalContext(0, batch_id=2)
+    groups(ctx2, side.target, namespace, 500)
+    assert ask(barrier, f"FLUSH {ctx2.taskAttemptId()}") == "OK 499"
+    assert stored(redis_server, namespace, int) == {f"g{i}": 2 for i in range(500)}
+    after = side.metrics()
+    assert (
+        after['taskstate_flushes_total{outcome="ok"}']
+        - before.get('taskstate_flushes_total{outcome="ok"}', 0)
+        == 2
+    )
+    assert after["taskstate_deferred_attempts"] == 0
+
+
+def test_a_flush_of_an_attempt_that_deferred_nothing_answers_at_once(
+    barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
+) -> None:
+    side, barrier = barrier_sidecar
+    ctx = LocalContext(0, batch_id=1)
+    groups(ctx, side.target, namespace, 1)  # one block: committed at its exit, as mapInPandas
+    assert not buffer.holds(ctx.taskAttemptId())
+    assert ask(barrier, f"FLUSH {ctx.taskAttemptId()}") == "OK 0"
+    assert stored(redis_server, namespace, int) == {"g0": 1}
+    assert ask(barrier, "FLUSH 12345") == "OK 0"
+    assert ask(barrier, "HELLO").startswith("ERR expected FLUSH")
+
+
+def test_two_workers_of_one_attempt_are_flushed_together(
+    barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
+) -> None:
+    side, barrier = barrier_sidecar
+    ctx = LocalContext(0, batch_id=1)
+    with worker_pool(side.target, namespace, 2) as (w1, w2):
+        assert w1.call("groups", ctx, {f"g{i}": 1 for i in range(0, 300)})
+        assert w2.call("groups", ctx, {f"g{i}": 1 for i in range(300, 600)})
+        # each worker committed its first group; both hold the rest
+        assert stored(redis_server, namespace, int) == {"g0": 1, "g300": 1}
+        assert ask(barrier, f"FLUSH {ctx.taskAttemptId()}") == "OK 598"
+    assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(600)}
+
+
+def test_a_worker_killed_before_the_flush_fails_it_and_the_retry_counts_once(
+    barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
+) -> None:
+    side, barrier = barrier_sidecar
+    first = LocalContext(0, batch_id=1)
+    groups(first, side.target, namespace, 100)
+    assert ask(barrier, f"FLUSH {first.taskAttemptId()}") == "OK 99"
+    ctx = LocalContext(0, batch_id=2)
+    with worker_pool(side.target, namespace, 2) as (w1, w2):
+        assert w1.call("groups", ctx, {f"g{i}": 1 for i in range(100)})
+        attached = side.metrics()['taskstate_requests_in_flight{method="Attach"}']
+        assert w1.process.pid is not None
+        os.kill(w1.process.pid, signal.SIGKILL)  # after its last group, before the task ends
+        w1.process.join(10)
+        # the flush comes once the sidecar saw the worker's stream end (as when the plugin
+        # asks after the task's end); one that races it fails too, saying "the worker
+        # ended during the flush"
+        deadline = time.monotonic() + 10
+        while side.metrics()['taskstate_requests_in_flight{method="Attach"}'] == attached:
+            assert time.monotonic() < deadline, "the sidecar never saw the worker go"
+            time.sleep(0.02)
+        answer = ask(barrier, f"FLUSH {ctx.taskAttemptId()}")
+        assert answer.startswith("FAIL ") and "ended before they were flushed" in answer
+        # nothing of the killed worker's held groups reached Redis, only its first block
+        assert stored(redis_server, namespace, int) == {
+            "g0": 2,
+            **{f"g{i}": 1 for i in range(1, 100)},
+        }
+        # the plugin stopped the executor; Spark runs the task again: the retry rolls
+        # batch 2 back and counts every group once
+        retry = LocalContext(0, batch_id=2, attempt=1)
+        assert w2.call("groups", retry, {f"g{i}": 1 for i in range(100)})
+        assert ask(barrier, f"FLUSH {retry.taskAttemptId()}") == "OK 99"
+    assert stored(redis_server, namespace, int) == {f"g{i}": 2 for i in range(100)}
+    # a worker's end (killed or exited) ends its Attach stream normally, not as an error
+    assert not side.metrics().get('taskstate_requests_total{code="INTERNAL",method="Attach"}')
+
+
+def test_a_discarded_attempt_leaves_nothing_and_no_copy_behind(
+    barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
+) -> None:
+    side, barrier = barrier_sidecar
+    ctx = LocalContext(0, batch_id=1)
+    groups(ctx, side.target, namespace, 50)
+    assert ask(barrier, f"DISCARD {ctx.taskAttemptId()}") == "OK 0"
+    deadline = time.monotonic() + 10
+    while buffer.holds(ctx.taskAttemptId()) and time.monotonic() < deadline:
+        time.sleep(0.01)  # the order reaches this process's Attach thread
+    assert not buffer.holds(ctx.taskAttemptId())
+    assert ask(barrier, f"FLUSH {ctx.taskAttemptId()}") == "OK 0"
+    assert stored(redis_server, namespace, int) == {"g0": 1}
+    # the retry in this same process must not take the discarded groups for committed
+    retry = LocalContext(0, batch_id=1, attempt=1)
+    with TaskState(retry, component="c", namespace=namespace, sidecar=side.target) as s:
+        assert dict(s) == {}  # batch 1 rolled back: g0's commit too
+    groups(retry, side.target, namespace, 50)
+    assert ask(barrier, f"FLUSH {retry.taskAttemptId()}") == "OK 50"
+    assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(50)}
+
+
+def test_a_zombie_attempts_flush_is_fenced(
+    barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
+) -> None:
+    side, barrier = barrier_sidecar
+    zombie = LocalContext(0, batch_id=1)
+    with worker_pool(side.target, namespace, 2) as (w1, w2):
+        assert w1.call("groups", zombie, {f"g{i}": 1 for i in range(20)})
+        newer = LocalContext(0, batch_id=1, attempt=1)
+        assert w2.call("groups", newer, {f"g{i}": 5 for i in range(20)})
+        answer = ask(barrier, f"FLUSH {zombie.taskAttemptId()}")
+        assert answer.startswith("FAIL ") and "FENCED" in answer
+        assert ask(barrier, f"FLUSH {newer.taskAttemptId()}") == "OK 19"
+    assert stored(redis_server, namespace, int) == {f"g{i}": 5 for i in range(20)}
+
+
+def test_redis_unavailable_during_the_flush_fails_it(
+    barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
+) -> None:
+    side, barrier = barrier_sidecar
+    ctx = LocalContext(0, batch_id=1)
+    groups(ctx, side.target, namespace, 30)
+    # Redis busy for 4 s: longer than the sidecar's --redis-deadline (1 s)
+    sleeper = threading.Thread(
+        target=lambda: redis_server.client().execute_command("DEBUG", "SLEEP", 4)
+    )
+    sleeper.start()
+    time.sleep(0.2)
+    try:
+        answer = ask(barrier, f"FLUSH {ctx.taskAttemptId()}")
+    finally:
+        sleeper.join()
+    assert answer.startswith("FAIL ") and "STORAGE_UNAVAILABLE" in answer, answer
+    # a write that timed out may still have been applied when Redis woke: all or nothing
+    assert stored(redis_server, namespace, int) in ({"g0": 1}, {f"g{i}": 1 for i in range(30)})
+    # the executor stops; the retry elsewhere counts every group once
+    retry = LocalContext(0, batch_id=1, attempt=1)
+    with worker_pool(side.target, namespace, 1) as (w,):
+        assert w.call("groups", retry, {f"g{i}": 1 for i in range(30)})
+        assert ask(barrier, f"FLUSH {retry.taskAttemptId()}") == "OK 29"
+    assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(30)}
+
+
+def test_without_a_barrier_every_group_block_commits_at_its_exit(
+    sidecar: SidecarProcess, redis_server: RedisServer, namespace: str
+) -> None:
+    ctx = LocalContext(0, batch_id=1)
+    groups(ctx, sidecar.target, namespace, 40)
+    assert not buffer.holds(ctx.taskAttemptId())
+    assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(40)}
+
+
+def test_a_failed_block_commits_what_its_attempt_held_first(
+    barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
+) -> None:
+    side, barrier = barrier_sidecar
+    ctx = LocalContext(0, batch_id=1)
+    groups(ctx, side.target, namespace, 10)
+    with pytest.raises(ValueError, match="boom"):
+        with TaskState(ctx, component="c", namespace=namespace, sidecar=side.target) as s:
+            s["g10"] = 1
+            raise ValueError("boom")
+    # the failed block's change is gone; the nine held groups were committed before the
+    # copy they were merged into was dropped, so the attempt's next blocks read them
+    assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(10)}
+    groups(ctx, side.target, namespace, 5, start=10)
+    with TaskState(ctx, component="c", namespace=namespace, sidecar=side.target) as s:
+        assert dict(s) == {f"g{i}": 1 for i in range(15)}
+    assert ask(barrier, f"FLUSH {ctx.taskAttemptId()}") == "OK 5"
+    assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(15)}
