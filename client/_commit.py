@@ -59,7 +59,7 @@ class Committer:
         c = self.config
         task_id = self.task_id
         budget = c.max_message_bytes - REQUEST_HEADROOM
-        parts = pieces(task_id, upserts, deletes, budget, session.packed)
+        parts = pieces(task_id, upserts, deletes, budget, session.packed, session.text_values)
         if len(parts) > 1 and self.batch is None:
             total = sum(len(k) + len(v) + ENTRY_OVERHEAD for k, v in upserts)
             raise LimitError(

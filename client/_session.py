@@ -59,6 +59,8 @@ class Session:
     info: OpenInfo
     # the sidecar reads CommitRequest.packed_* (an older one would ignore them unread)
     packed: bool = False
+    # the sidecar reads packed values as msgpack str, and hands them to Redis as they came
+    text_values: bool = False
     active: bool = False
     # encoded bytes per key of the state, as last restored or first committed (0: not
     # known yet): what `_cache.size_of` estimates the cached data's memory from
@@ -166,6 +168,7 @@ class Claims:
                 reused_claim=r.reused_claim,
             ),
             packed=r.packed_commits,
+            text_values=r.text_values,
             entry_bytes=prior.entry_bytes if prior is not None else 0.0,
             packed_gets=r.packed_gets,
             flush_barrier=r.flush_barrier,

@@ -79,9 +79,13 @@ def name_bad_utf8(task: str, raw: list[bytes]) -> list[Any]:
     return [x.decode() for x in raw]
 
 
-def _pack(items: Any) -> bytes:
-    """Msgpack array of str keys and bin values (the CommitRequest.packed_* form)."""
-    out: bytes = msgpack.packb(list(items), use_bin_type=True)
+def _pack(items: Any, text: bool) -> bytes:
+    """Msgpack array of str keys and values (the CommitRequest.packed_* form).
+
+    Values as msgpack str when the sidecar reads them (`text`, OpenResponse.text_values):
+    the form the commit script reads as it is; else as bin, which older sidecars want.
+    """
+    out: bytes = msgpack.packb(list(items), use_bin_type=not text)
     return out
 
 
@@ -91,6 +95,7 @@ def pieces(
     deletes: list[str],
     budget: int,
     packed: bool,
+    text: bool = False,
 ) -> list[dict[str, Any]]:
     """The change set as CommitRequest fields, in pieces under `budget` bytes each.
 
@@ -99,16 +104,16 @@ def pieces(
     Otherwise the per-entry fields an older sidecar reads.
     """
     if packed:
-        ups = _pack(chain.from_iterable(upserts)) if upserts else b""
-        dels = _pack(deletes) if deletes else b""
+        ups = _pack(chain.from_iterable(upserts), text) if upserts else b""
+        dels = _pack(deletes, text) if deletes else b""
         if len(ups) + len(dels) + ENTRY_OVERHEAD <= budget:
             return [{"packed_upserts": ups, "packed_deletes": dels}]
     out: list[dict[str, Any]] = []
     for u, d in split(task, upserts, deletes, budget):
         if packed:
             out.append({
-                "packed_upserts": _pack(chain.from_iterable(u)) if u else b"",
-                "packed_deletes": _pack(d) if d else b"",
+                "packed_upserts": _pack(chain.from_iterable(u), text) if u else b"",
+                "packed_deletes": _pack(d, text) if d else b"",
             })  # fmt: skip
         else:
             out.append({"upserts": [pb.Entry(key=k, value=v) for k, v in u], "deletes": d})

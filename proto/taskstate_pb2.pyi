@@ -63,7 +63,7 @@ class OpenRequest(_message.Message):
     def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., batch: _Optional[int] = ..., writer: _Optional[_Union[Writer, _Mapping]] = ..., codec: _Optional[str] = ..., durability: _Optional[_Union[Durability, str]] = ..., replicas: _Optional[int] = ..., attempt_id: _Optional[str] = ..., partitions: _Optional[int] = ...) -> None: ...
 
 class OpenResponse(_message.Message):
-    __slots__ = ("epoch", "committed_batch", "position", "has_position", "size", "version", "rolled_back", "rolled_back_keys", "packed_commits", "reused_claim", "packed_gets", "flush_barrier")
+    __slots__ = ("epoch", "committed_batch", "position", "has_position", "size", "version", "rolled_back", "rolled_back_keys", "packed_commits", "reused_claim", "packed_gets", "flush_barrier", "text_values")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_BATCH_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
@@ -76,6 +76,7 @@ class OpenResponse(_message.Message):
     REUSED_CLAIM_FIELD_NUMBER: _ClassVar[int]
     PACKED_GETS_FIELD_NUMBER: _ClassVar[int]
     FLUSH_BARRIER_FIELD_NUMBER: _ClassVar[int]
+    TEXT_VALUES_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     committed_batch: int
     position: bytes
@@ -88,7 +89,8 @@ class OpenResponse(_message.Message):
     reused_claim: bool
     packed_gets: bool
     flush_barrier: bool
-    def __init__(self, epoch: _Optional[int] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., rolled_back: _Optional[bool] = ..., rolled_back_keys: _Optional[int] = ..., packed_commits: _Optional[bool] = ..., reused_claim: _Optional[bool] = ..., packed_gets: _Optional[bool] = ..., flush_barrier: _Optional[bool] = ...) -> None: ...
+    text_values: bool
+    def __init__(self, epoch: _Optional[int] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., rolled_back: _Optional[bool] = ..., rolled_back_keys: _Optional[int] = ..., packed_commits: _Optional[bool] = ..., reused_claim: _Optional[bool] = ..., packed_gets: _Optional[bool] = ..., flush_barrier: _Optional[bool] = ..., text_values: _Optional[bool] = ...) -> None: ...
 
 class RestoreRequest(_message.Message):
     __slots__ = ("task", "epoch", "max_fields", "packed", "since_version", "delta_only")

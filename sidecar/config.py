@@ -94,10 +94,19 @@ class Limits:
     max_in_flight: int = 1024
 
     def check_entries(
-        self, fq: str, upserts: Sequence[tuple[str, bytes]], deletes: Sequence[str], what: str
+        self,
+        fq: str,
+        keys: Sequence[str],
+        values: Sequence[bytes | str],
+        what: str,
+        values_of: Sequence[str] | None = None,
     ) -> None:
-        """Refuse a change set over the key count, key size or value size limits."""
-        n = len(upserts) + len(deletes)
+        """Refuse a change set over the key count, key size or value size limits.
+
+        `keys`: every key the change set names; `values`: the values it sets, those of
+        `values_of` (the first keys, by default).
+        """
+        n = len(keys)
         if n > self.max_commit_keys:
             raise limit_error(
                 f"task {fq}: this {what} has {n} keys, over the limit of {self.max_commit_keys} "
@@ -106,25 +115,36 @@ class Limits:
             )
         # UTF-8 takes at most 4 bytes a character: only keys longer than a quarter of the
         # limit can be over it, and usually there are none (one C-level pass decides)
-        keys = [k for k, _ in upserts] if upserts else []
-        keys += deletes
         limit = self.max_key_bytes
-        if max(map(len, keys), default=0) * 4 > limit:
-            over = next((k for k in keys if len(k) * 4 > limit and len(k.encode()) > limit), None)
-            if over is not None:
-                raise limit_error(
-                    f"task {fq}: key {over[:80]!r}... is {len(over.encode())} bytes, over the "
-                    f"limit of {limit} (sidecar --max-key-bytes). Nothing was written. Use "
-                    "shorter keys (e.g. a hash of the long one)."
-                )
-        if upserts:
-            key, value = max(upserts, key=lambda kv: len(kv[1]))
-            if len(value) > self.max_value_bytes:
-                raise limit_error(
-                    f"task {fq}: the value of key {key[:80]!r} is {len(value)} bytes, over the "
-                    f"limit of {self.max_value_bytes} (sidecar --max-value-bytes). Nothing was "
-                    "written. Split it over several keys, or raise --max-value-bytes."
-                )
+        over = _over(keys, limit)
+        if over is not None:
+            key = keys[over]
+            raise limit_error(
+                f"task {fq}: key {key[:80]!r}... is {len(key.encode())} bytes, over the "
+                f"limit of {limit} (sidecar --max-key-bytes). Nothing was written. Use "
+                "shorter keys (e.g. a hash of the long one)."
+            )
+        over = _over(values, self.max_value_bytes)
+        if over is not None:
+            key, value = (values_of or keys)[over], values[over]
+            size = len(value.encode()) if isinstance(value, str) else len(value)
+            raise limit_error(
+                f"task {fq}: the value of key {key[:80]!r} is {size} bytes, over the "
+                f"limit of {self.max_value_bytes} (sidecar --max-value-bytes). Nothing was "
+                "written. Split it over several keys, or raise --max-value-bytes."
+            )
+
+
+def _over(items: Sequence[bytes | str], limit: int) -> int | None:
+    """The index of the first item longer than `limit` bytes (str: UTF-8), or None."""
+    if max(map(len, items), default=0) * 4 <= limit:
+        return None  # the common case: one C-level pass
+    for i, x in enumerate(items):
+        if len(x) > limit:
+            return i
+        if isinstance(x, str) and len(x) * 4 > limit and len(x.encode()) > limit:
+            return i
+    return None
 
 
 def limit_error(message: str) -> SidecarError:

@@ -145,7 +145,9 @@ class AdminRpcs:
         empty = next((k for k, v in entries if not v), None)
         if empty is not None:
             raise bad(f"task {task.fq}: key {empty[:80]!r} has an empty encoded value")
-        self.limits.check_entries(task.fq, entries, (), "import")
+        self.limits.check_entries(
+            task.fq, [k for k, _ in entries], [v for _, v in entries], "import"
+        )
         codec = wire.codec(request.codec, task.fq)
         if not -1 <= request.committed_batch <= MAX_BATCH:
             raise bad(f"task {task.fq}: committed batch {request.committed_batch} is out of range")

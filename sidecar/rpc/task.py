@@ -77,6 +77,7 @@ class TaskRpcs:
             reused_claim=r.reused_claim,
             packed_gets=True,
             flush_barrier=self.flush_barrier,
+            text_values=True,
         )
 
     async def Restore(self, request: pb.RestoreRequest) -> AsyncIterator[pb.RestoreChunk]:  # noqa: N802

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import msgpack
+
 from taskstate.proto.ids import fq_task_id
 
 LAYOUT_VERSION = 1
@@ -50,17 +52,50 @@ class CommitResult:
 
 @dataclass(frozen=True, slots=True)
 class ChangeSet:
-    """One commit's changes: absolute values to set, keys to delete (checked, disjoint).
+    """One commit's changes, checked: absolute values to set, keys to delete (disjoint).
 
-    `nbytes`: their size as the request carried them (for the metrics).
+    `packed_upserts` is the msgpack array [key1, value1, key2, value2, ...] and
+    `packed_deletes` the array [key1, ...], every item a msgpack str: the form the commit
+    script reads as it is (Redis' Lua cmsgpack has no bin type), so that a client's blob
+    goes to Redis as it came. `keys`: the upserted keys, then the deleted ones (the change
+    log's entry); `nbytes`: the change set's size as the request carried it.
     """
 
-    upserts: Sequence[tuple[str, bytes]]
-    deletes: Sequence[str]
+    keys: Sequence[str]
+    n_upserts: int
+    packed_upserts: bytes
+    packed_deletes: bytes
     nbytes: int = 0
 
+    @classmethod
+    def of(cls, upserts: Sequence[tuple[str, bytes]], deletes: Sequence[str]) -> ChangeSet:
+        """A change set from pairs and keys (tests, and requests in the per-entry form)."""
+        flat = [x for kv in upserts for x in kv]
+        keys = [k for k, _ in upserts]
+        keys += deletes
+        return cls(
+            keys,
+            len(upserts),
+            msgpack.packb(flat, use_bin_type=False) if upserts else b"",
+            msgpack.packb(list(deletes), use_bin_type=False) if deletes else b"",
+            sum(len(k) + len(v) for k, v in upserts) + sum(map(len, deletes)),
+        )
+
+    @property
+    def upserts(self) -> list[tuple[str, bytes]]:
+        """The upserted pairs, values as bytes (the in-memory backend's form)."""
+        if not self.packed_upserts:
+            return []
+        flat = msgpack.unpackb(self.packed_upserts, raw=True)
+        return [(k.decode(), v) for k, v in zip(flat[0::2], flat[1::2], strict=True)]
+
+    @property
+    def deletes(self) -> Sequence[str]:
+        """The deleted keys."""
+        return self.keys[self.n_upserts :]
+
     def __len__(self) -> int:
-        return len(self.upserts) + len(self.deletes)
+        return len(self.keys)
 
 
 @dataclass(frozen=True, slots=True)

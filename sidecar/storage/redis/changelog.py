@@ -23,11 +23,9 @@ from .routing import Connection
 from .scripts import Refused, refusal
 
 
-def log_entry(upserts: Sequence[tuple[str, bytes]], deletes: Sequence[str]) -> bytes:
+def log_entry(keys: Sequence[str]) -> bytes:
     """A change set's keys as the change log keeps them (one msgpack array)."""
-    keys = [k for k, _ in upserts]
-    keys += deletes
-    entry: bytes = msgpack.packb(keys)
+    entry: bytes = msgpack.packb(list(keys))
     return entry
 
 

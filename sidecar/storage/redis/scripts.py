@@ -39,7 +39,7 @@ ARGV: dict[str, tuple[str, ...]] = {
         "partitions",
         "partition",
     ),  # fmt: skip
-    "commit": ("epoch", "batch", "position", "now", "writer", "upserts", "log_entry"),
+    "commit": ("epoch", "batch", "position", "now", "writer", "log_entry", "upserts", "deletes"),
     "get": ("epoch", "at"),
     "import": ("mode", "epoch", "batch", "position", "codec", "new_gen", "now", "partitions"),
     "changes": ("epoch", "since", "since_gen", "max_keys"),

@@ -14,7 +14,6 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from itertools import chain
 from typing import Any
 
 import redis.exceptions as rex
@@ -260,16 +259,15 @@ class RedisTaskStore:
     ) -> CommitResult:
         """Apply one change set atomically; see base.TaskStore.commit."""
         keys = task_keys(task)
-        upserts, deletes = changes.upserts, changes.deletes
         args = self._conn.scripts["commit"].args(
-            (*chain.from_iterable(upserts), *deletes),
             epoch=str(epoch),
             batch="" if batch is None else str(batch),
             position=b"" if position is None else b"+" + position,
             now=f"{time.time():.3f}",
             writer=writer,
-            upserts=str(len(upserts)),
-            log_entry=log_entry(upserts, deletes),
+            log_entry=log_entry(changes.keys),
+            upserts=changes.packed_upserts,
+            deletes=changes.packed_deletes,
         )
         wait = await self._waits.wait_for(durability, task)
 

@@ -34,7 +34,7 @@ _NEWER_FIELDS: dict[Any, tuple[str, ...]] = {
     pb.CommitRequest: ("packed_upserts", "packed_deletes"),
     pb.RestoreRequest: ("packed", "since_version", "delta_only"),
     pb.GetRequest: ("packed_keys",),
-    pb.OpenResponse: ("packed_commits", "packed_gets"),
+    pb.OpenResponse: ("packed_commits", "packed_gets", "text_values"),
 }
 
 

@@ -56,7 +56,13 @@ async def _step(store: Any, task: TaskKey, op: tuple[Any, ...]) -> Any:
         if op[0] == "commit":
             _, epoch, batch, ups, dels, pos = op
             r = await store.tasks.commit(
-                task, epoch, batch, ChangeSet(ups, dels), pos, writer="w", durability=Durability()
+                task,
+                epoch,
+                batch,
+                ChangeSet.of(ups, dels),
+                pos,
+                writer="w",
+                durability=Durability(),
             )
             return ("commit", r.size)
         if op[0] == "restore":

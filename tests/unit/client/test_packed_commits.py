@@ -59,7 +59,8 @@ def test_packed_and_per_entry_forms_combine(stub) -> None:  # type: ignore[no-un
         ("packed_upserts", msgpack.packb(["a", b"1", "b"], use_bin_type=True), "without a value"),
         ("packed_upserts", msgpack.packb([1, b"1"], use_bin_type=True), "not a UTF-8 string"),
         ("packed_upserts", msgpack.packb(["a", b""], use_bin_type=True), "empty or non-binary"),
-        ("packed_upserts", msgpack.packb(["a", "str"], use_bin_type=True), "empty or non-binary"),
+        ("packed_upserts", msgpack.packb(["a", 5], use_bin_type=True), "empty or non-binary"),
+        ("packed_upserts", msgpack.packb(["a", ""], use_bin_type=True), "empty or non-binary"),
         ("packed_upserts", b"\x92\xa2\xff\xfe\xc4\x011", "not a msgpack array"),  # bad UTF-8
         ("packed_deletes", msgpack.packb([b"bin"], use_bin_type=True), "not a UTF-8 string"),
     ],

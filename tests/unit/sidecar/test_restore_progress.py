@@ -33,7 +33,7 @@ def test_progress_is_logged_with_an_eta_and_the_gauge_is_removed_at_the_end(
 
     async def run() -> list[pb.RestoreChunk]:
         r = await store.tasks.open(task, 0, codec="json", writer="w", durability=Durability())
-        changes = ChangeSet([(f"k{i}", b"1") for i in range(50)], [])
+        changes = ChangeSet.of([(f"k{i}", b"1") for i in range(50)], [])
         await store.tasks.commit(task, r.epoch, 0, changes, None,
                                  writer="w", durability=Durability())  # fmt: skip
         out = []
@@ -64,7 +64,7 @@ def test_a_short_restore_reports_nothing(caplog: pytest.LogCaptureFixture) -> No
 
     async def run() -> None:
         r = await store.tasks.open(task, 0, codec="json", writer="w", durability=Durability())
-        await store.tasks.commit(task, r.epoch, 0, ChangeSet([("a", b"1")], []), None,
+        await store.tasks.commit(task, r.epoch, 0, ChangeSet.of([("a", b"1")], []), None,
                                  writer="w", durability=Durability())  # fmt: skip
         async for _ in restore.stream_restore(store.tasks, task, r.epoch, pb.RestoreRequest()):
             assert _gauge(task.fq, "restored") is None

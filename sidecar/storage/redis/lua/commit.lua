@@ -1,8 +1,10 @@
 -- Commit(task, epoch, batch, upserts, deletes, position): one atomic change set.
 -- KEYS: 1 meta, 2 data, 3 undo, 4 log
 -- ARGV: 1 epoch, 2 batch ('' for batch jobs), 3 position ('+' .. bytes, or '' for none),
---       4 now, 5 writer, 6 number of upserts N, 7 the change set's keys (upserted and
---       deleted) as one msgpack array, then N key/value pairs, then deleted keys
+--       4 now, 5 writer, 6 the change set's keys (upserted, then deleted) as one msgpack
+--       array (the change log's entry), 7 the upserts: a msgpack array [key1, value1, key2,
+--       value2, ...] ('' for none), 8 the deleted keys: a msgpack array ('' for none); every
+--       item a msgpack str, as the client packed them (the sidecar hands them on as they came)
 -- The rollback record (undo) is made by the first commit of a new batch, in one of two
 -- modes (meta undo_mode):
 --   'copy'   when the batch's first change set touches at least a quarter as many keys as
@@ -14,7 +16,7 @@
 --            (group-scoped commits, retries) add only keys not yet recorded, so a retried
 --            commit is idempotent.
 -- The change log (log): a hash, field <v> = the keys version v changed (a msgpack array,
--- as ARGV 7 brings it) and field #<v> = how many. Meta log_floor and log_ver say what it
+-- as ARGV 6 brings it) and field #<v> = how many. Meta log_floor and log_ver say what it
 -- covers: every version in (log_floor, ver] is in it, provided log_ver = ver (a writer
 -- that bumps ver without logging, such as an import or an older sidecar, leaves log_ver
 -- behind, and the next logged commit starts the log afresh). Meta log_n counts its keys;
@@ -43,9 +45,10 @@ end
 local has_batch = ARGV[2] ~= ''
 local track = false
 local fresh = false
-local n = tonumber(ARGV[6])
-local first_del = 8 + 2 * n
-local nchanges = n + #ARGV - first_del + 1
+local ups, dels = {}, {}
+if ARGV[7] ~= '' then ups = cmsgpack.unpack(ARGV[7]) end
+if ARGV[8] ~= '' then dels = cmsgpack.unpack(ARGV[8]) end
+local nchanges = #ups / 2 + #dels
 if has_batch then
   local batch = tonumber(ARGV[2])
   local last = tonumber(m[2] or '-1')
@@ -113,27 +116,27 @@ local function remember(ks)
   if #rec > 0 then redis.call('HSET', undo, unpack(rec)) end
 end
 -- upserts, in chunks (unpack has a stack limit)
-local i = 8
-while i < first_del do
-  local stop = math.min(i + 2 * CH, first_del) - 1
+local i = 1
+while i <= #ups do
+  local stop = math.min(i + 2 * CH, #ups + 1) - 1
   if track then
     local ks = {}
-    for j = i, stop, 2 do ks[#ks + 1] = ARGV[j] end
+    for j = i, stop, 2 do ks[#ks + 1] = ups[j] end
     remember(ks)
   end
-  redis.call('HSET', data, unpack(ARGV, i, stop))
+  redis.call('HSET', data, unpack(ups, i, stop))
   i = stop + 1
 end
 -- deletes
-i = first_del
-while i <= #ARGV do
-  local stop = math.min(i + CH, #ARGV + 1) - 1
+i = 1
+while i <= #dels do
+  local stop = math.min(i + CH, #dels + 1) - 1
   if track then
     local ks = {}
-    for j = i, stop do ks[#ks + 1] = ARGV[j] end
+    for j = i, stop do ks[#ks + 1] = dels[j] end
     remember(ks)
   end
-  redis.call('HDEL', data, unpack(ARGV, i, stop))
+  redis.call('HDEL', data, unpack(dels, i, stop))
   i = stop + 1
 end
 if ARGV[3] ~= '' then
@@ -150,7 +153,7 @@ if m[9] == false or tonumber(m[9]) ~= base then
   floor, logged = base, 0
   redis.call('UNLINK', log)
 end
-redis.call('HSET', log, vs, ARGV[7], '#' .. vs, nchanges)
+redis.call('HSET', log, vs, ARGV[6], '#' .. vs, nchanges)
 logged = logged + nchanges
 local size = redis.call('HLEN', data)
 local log_max = math.max(LOG_MIN, math.floor(size / LOG_FRACTION))
