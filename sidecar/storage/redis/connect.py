@@ -266,28 +266,27 @@ def _common_kwargs(
     return kw
 
 
-class _HiredisPacking:
-    """Mixin: pack commands with hiredis' C packer.
+def _hiredis_pack_command(self: Any, *args: Any) -> list[bytes]:
+    """Connection.pack_command with hiredis' C packer.
 
     redis-py's asyncio connections pack in Python, which costs more than Redis itself for
     a 10,000-field commit (about 4 µs per argument against 0.1 µs).
     """
-
-    def pack_command(self, *args: Any) -> list[bytes]:
-        if isinstance(args[0], str) and " " in args[0]:  # e.g. "CONFIG GET"
-            args = (*args[0].split(), *args[1:])
-        return [hiredis.pack_command(args)]
+    if isinstance(args[0], str) and " " in args[0]:  # e.g. "CONFIG GET"
+        args = (*args[0].split(), *args[1:])
+    return [hiredis.pack_command(args)]
 
 
 _fast_classes: dict[type, type] = {}
 
 
 def _fast(cls: type) -> type:
-    """`cls` with hiredis packing (the class itself when hiredis is missing)."""
-    if hiredis is None or issubclass(cls, _HiredisPacking):
+    """A subclass of connection class `cls` that packs with hiredis (`cls` without it)."""
+    if hiredis is None or cls in _fast_classes.values():
         return cls
     if cls not in _fast_classes:
-        _fast_classes[cls] = type(f"Hiredis{cls.__name__}", (_HiredisPacking, cls), {})
+        body = {"pack_command": _hiredis_pack_command, "__doc__": _hiredis_pack_command.__doc__}
+        _fast_classes[cls] = type(f"Hiredis{cls.__name__}", (cls,), body)
     return _fast_classes[cls]
 
 
