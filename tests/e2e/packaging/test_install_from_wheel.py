@@ -93,6 +93,12 @@ def test_the_wheel_installs_with_its_extras_and_runs_a_spark_submit(
     assert where.startswith(str(venv)), where  # the installed package, not the checkout
 
     assert "taskstate ls | show | export" in run([str(bin_ / "taskstate"), "--help"], env)
+    # the demo and the example job come with the wheel, apart from the library
+    for command, says in (("demo", "--faults"), ("example", "--api")):
+        assert says in run([str(bin_ / "taskstate"), command, "--help"], env)
+    demo = run([str(bin_ / "python"), "-c", "import taskstate.demo.trending as t; print(t.__file__)"],
+               env)  # fmt: skip
+    assert demo.startswith(str(venv)), demo
 
     sock = home / "s.sock"
     side = subprocess.Popen(
