@@ -96,8 +96,8 @@ def test_the_wheel_installs_with_its_extras_and_runs_a_spark_submit(
     # the demo and the example job come with the wheel, apart from the library
     for command, says in (("demo", "--faults"), ("example", "--api")):
         assert says in run([str(bin_ / "taskstate"), command, "--help"], env)
-    demo = run([str(bin_ / "python"), "-c", "import taskstate.demo.trending as t; print(t.__file__)"],
-               env)  # fmt: skip
+    find = "import taskstate.demo.trending as t; print(t.__file__)"
+    demo = run([str(bin_ / "python"), "-c", find], env)
     assert demo.startswith(str(venv)), demo
 
     sock = home / "s.sock"
