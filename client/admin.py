@@ -62,6 +62,10 @@ def _fq(task: pb.TaskId) -> str:
     return ids.fq_task_id(task.namespace, task.component, task.partition)
 
 
+def _scope(request: Any) -> str:
+    return f"{request.namespace}/{request.component}"
+
+
 class AdminClient:
     """A connection to one sidecar for operators' calls.
 
@@ -173,25 +177,41 @@ class AdminClient:
             out: dict[str, bytes] = {}
             version = ""
             try:
-                for chunk in self._stub.Read(
-                    pb.ReadRequest(task=task, pattern=pattern), timeout=self.timeout_s
-                ):
+                for chunk in self.read_chunks(pb.ReadRequest(task=task, pattern=pattern)):
                     for e in chunk.entries:
                         out[e.key] = e.value
                     if chunk.last:
                         version = chunk.version
                 return out, version
-            except grpc.RpcError as exc:
-                err = translate(exc, fq, self.sidecar)
-                if not isinstance(err, StateChangedError) or attempt == READ_ATTEMPTS - 1:
-                    raise err from None
-                self.rereads += 1
-                if on_reread is not None:
-                    on_reread(fq)
-                # jittered, so that a read does not keep phase with a job committing at a
-                # steady pace (S311: timing, not security)
-                time.sleep(min(1.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.5))  # noqa: S311
+            except StateChangedError:
+                if attempt == READ_ATTEMPTS - 1:
+                    raise
+                self.read_again(attempt, fq, on_reread)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def read_chunks(self, request: pb.ReadRequest) -> Iterator[pb.RestoreChunk]:
+        """The chunks of one Read as they arrive (no deadline: a large state takes a while).
+
+        One version, or StateChangedError at the end when a commit landed meanwhile: the
+        caller keeps what it got apart until the last chunk (`last`: version and batch).
+        """
+        try:
+            yield from self._stub.Read(request)
+        except grpc.RpcError as exc:
+            raise translate(exc, _fq(request.task), self.sidecar) from None
+
+    def read_again(
+        self, attempt: int, fq: str, on_reread: Callable[[str], None] | None = None
+    ) -> None:
+        """Count a read started again after StateChangedError, and pause before it.
+
+        Jittered and doubling, so that a read does not keep phase with a job committing
+        at a steady pace.
+        """
+        self.rereads += 1
+        if on_reread is not None:
+            on_reread(fq)
+        time.sleep(min(1.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.5))  # noqa: S311 - timing
 
     # -- changing stored state ---------------------------------------------------------
 
@@ -250,6 +270,32 @@ class AdminClient:
         """Delete a key from every task of a component (an erasure request)."""
         req = pb.EditRequest(namespace=namespace, component=component, key=key, delete=True)
         return self._edit(req, f"{namespace}/{component}")
+
+    # -- writes of the data source (sidecar/storage/redis/seed.py) ----------------------
+
+    def seed_begin(self, request: pb.SeedBeginRequest) -> pb.SeedBeginResponse:
+        """Begin a write: the component is held until `seed_commit` or `seed_abort`."""
+        r: pb.SeedBeginResponse = self._call("SeedBegin", request, _scope(request))
+        return r
+
+    def seed_stage(self, request: pb.SeedStageRequest) -> int:
+        """Stage one page of a Spark task's keys; how many."""
+        return int(self._call("SeedStage", request, _scope(request)).keys)
+
+    def seed_commit(self, request: pb.SeedCommitRequest) -> pb.SeedCommitResponse:
+        """Make the write visible, all at once."""
+        r: pb.SeedCommitResponse = self._call("SeedCommit", request, _scope(request))
+        return r
+
+    def seed_abort(self, namespace: str, component: str, seed_id: str) -> bool:
+        """Undo a write; False when it was no longer under way."""
+        req = pb.SeedAbortRequest(namespace=namespace, component=component, seed_id=seed_id)
+        return bool(self._call("SeedAbort", req, f"{namespace}/{component}").undone)
+
+    def settle(self, namespace: str, component: str | None = None) -> list[str]:
+        """Finish or undo abandoned writes of the namespace; what was done, one line each."""
+        req = pb.SettleRequest(namespace=namespace, component=component or "")
+        return list(self._call("Settle", req, namespace).settled)
 
     def _edit(self, request: pb.EditRequest, what: str) -> pb.EditResponse:
         r: pb.EditResponse = self._call("Edit", request, what)

@@ -202,3 +202,19 @@ def task_info(m: TaskMeta) -> pb.TaskInfo:
         partitions=m.partitions or 0,
         rescaling=m.rescaling,
     )
+
+
+def seed_page(packed: bytes, where: str, limits: Limits) -> list[str]:
+    """A page of a data source write: msgpack [key, value, ...], every item non-empty str."""
+    try:
+        flat = msgpack.unpackb(packed, raw=False)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise bad(f"{where}: a write's page is not msgpack ({exc})") from None
+    if not isinstance(flat, list) or len(flat) % 2:
+        raise bad(f"{where}: a write's page must be [key, value, key, value, ...]")
+    for i, x in enumerate(flat):
+        if not isinstance(x, str) or not x:
+            kind = "key" if i % 2 == 0 else f"value of key {str(flat[i - 1])[:80]!r}"
+            raise bad(f"{where}: a {kind} is empty or not text; nothing of the write is visible")
+    limits.check_entries(where, flat[0::2], flat[1::2], "write")
+    return flat
