@@ -11,6 +11,8 @@
     taskstate doctor [--durability LEVEL] [--json]                    (checks.py)
     taskstate health [--live]          (for Kubernetes exec probes)   (checks.py)
 
+A command that names a namespace first finishes or undoes the namespace's writes of the
+data source whose job died (their lease ran out), and says which on stderr.
 Every command talks to a sidecar through `taskstate.client.admin.AdminClient`
 (`--sidecar`, else $TASKSTATE_SIDECAR, else the default socket), which holds the Redis
 credentials; with `--redis-url` it starts a private one for the call (private.py), for
@@ -29,6 +31,7 @@ from typing import IO
 
 from taskstate.client import DEFAULT_SIDECAR, TaskStateError
 from taskstate.client.admin import AdminClient
+from taskstate.proto import ids
 
 from .checks import cmd_doctor, cmd_health
 from .common import UsageError
@@ -158,4 +161,18 @@ def main(command: str, argv: Sequence[str], out: IO[str] | None = None) -> int:
 
 def _run(command: str, a: argparse.Namespace, sidecar: str | None, out: IO[str]) -> int:
     with AdminClient(sidecar, timeout_s=a.timeout, token_file=a.token_file) as admin:
+        namespace = _namespace_of(a)
+        if namespace is not None:
+            # a write of the data source whose job died is finished or undone first
+            for note in admin.settle(namespace):
+                print(f"taskstate {command}: {note}", file=sys.stderr)
         return COMMANDS[command](a, admin, out)
+
+
+def _namespace_of(a: argparse.Namespace) -> str | None:
+    """The namespace a command names (None: none, or not a valid name: it says so itself)."""
+    text = getattr(a, "scope", None) or getattr(a, "task", None) or getattr(a, "namespace", None)
+    if not text:
+        return None
+    namespace = str(text).split("/")[0]
+    return None if ids.name_problem("namespace", namespace) else namespace

@@ -78,6 +78,12 @@ class Reader(DataSourceReader):
             tasks = client.tasks(o.namespace, o.component)
         except SidecarUnavailableError as exc:
             raise unreachable(o, exc) from None
+        if not tasks and client.describe(f"{o.where}/0").rescaling:
+            raise PartitionCountError(
+                f"{FORMAT} data source: {o.where}: a write of the taskstate data source holds "
+                "it and has not finished; nothing was read. Read once it has ended (the next "
+                "read, Open or `taskstate` command after its lease undoes a write whose job died)."
+            )
         if not tasks:
             raise NotFoundError(
                 f"{FORMAT} data source: {o.where} has no stored state (`taskstate ls "
@@ -89,8 +95,8 @@ class Reader(DataSourceReader):
         if held:
             raise PartitionCountError(
                 f"{FORMAT} data source: {', '.join(held[:5])} are held by a `taskstate rescale` "
-                "or a write of the data source that has not finished; nothing was read. Read "
-                "once it has ended."
+                "or a write of the taskstate data source that has not finished; nothing was "
+                "read. Read once it has ended."
             )
         chosen = [t for t in tasks if self._selects(t.task.partition)]
         if o.batch_id is not None:
