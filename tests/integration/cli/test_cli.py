@@ -387,6 +387,9 @@ def test_the_sidecar_warns_at_start_about_a_redis_that_can_lose_state(
     ]
     assert {w["check"] for w in warnings} == {"persistence", "eviction"}, warnings
     assert all(w["level"] == "warning" for w in warnings), warnings
+    # the fix, also as executor plugin users give it
+    assert all("spark.taskstate.sidecar.extraArgs=--allow-volatile-redis" in w["silence_with"]
+               for w in warnings), warnings  # fmt: skip
     assert "redis can lose task state" not in quiet.log_path.read_text()
 
 
