@@ -27,7 +27,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import IO
 
-from taskstate.client import DEFAULT_SIDECAR, TaskStateError
+from taskstate.client import DEFAULT_SIDECAR, SidecarUnavailableError, TaskStateError
 from taskstate.client.admin import AdminClient
 
 from .checks import cmd_doctor, cmd_health
@@ -38,9 +38,8 @@ from .private import PrivateSidecarError, private_sidecar
 from .rescale import add_arguments as rescale_arguments
 from .rescale import cmd_rescale
 from .state import cmd_adopt, cmd_drop, cmd_ls, cmd_show
+from .target import ENV_SIDECAR, choose_sidecar, unreachable_hint
 from .transfer import cmd_export, cmd_import
-
-ENV_SIDECAR = "TASKSTATE_SIDECAR"
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, AdminClient, IO[str]], int]] = {
     "ls": cmd_ls,
@@ -144,10 +143,15 @@ def main(command: str, argv: Sequence[str], out: IO[str] | None = None) -> int:
                 raise UsageError("--sidecar and --redis-url: give one or the other")
             with private_sidecar(a.redis_url, need_redis=command != "doctor") as target:
                 return _run(command, a, target, out)
-        return _run(command, a, a.sidecar, out)
+        # a health probe asks the sidecar it names (or the default), never another one
+        sidecar = choose_sidecar(command, a.sidecar, discover=command != "health")
+        return _run(command, a, sidecar, out)
     except UsageError as exc:
         print(f"taskstate {command}: {exc}", file=sys.stderr)
         return 2
+    except SidecarUnavailableError as exc:
+        print(f"taskstate {command}: {exc}: {unreachable_hint(command)}.", file=sys.stderr)
+        return 1
     except TaskStateError as exc:
         print(f"taskstate {command}: {exc}", file=sys.stderr)
         return 1

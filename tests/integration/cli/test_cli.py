@@ -324,7 +324,7 @@ def test_doctor_names_each_problem_and_exits_nonzero(
     gone = SidecarProcess(redis_server.url, tmp_path / "nothing-here.sock")
     r = cli("doctor", sidecar=gone, check=1)
     assert "[FAIL] sidecar reachable" in r.stdout and "taskstate sidecar" in r.stdout
-    assert "no answer" in cli("health", "--live", sidecar=gone, check=1).stderr
+    assert "no sidecar answers at" in cli("health", "--live", sidecar=gone, check=1).stderr
     assert cli("health", sidecar=sidecar).stdout.strip() == "SERVING"
 
     # a sidecar whose Redis is down: reachable, but not serving
