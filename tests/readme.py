@@ -27,3 +27,26 @@ def executor_requirements(text: str | None = None) -> list[str]:
     words = shlex.split(block_after("executor-requirements", text).replace("\\\n", " "))
     assert words[:2] == ["pip", "install"], words[:2]
     return words[2:]
+
+
+def section(title: str, text: str | None = None) -> str:
+    """The README's section under the heading `title` (up to the next heading)."""
+    text = README.read_text() if text is None else text
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.lstrip("#").strip() == title)
+    out = []
+    for line in lines[start + 1 :]:
+        if line.startswith("#"):
+            break
+        out.append(line)
+    return "\n".join(out)
+
+
+def error_table(text: str | None = None) -> dict[str, str]:
+    """The README's error table ("Errors"): class name -> code."""
+    rows = {}
+    for line in section("Errors", text).splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0].startswith("`") and cells[0].endswith("Error`"):
+            rows[cells[0].strip("`")] = cells[1]
+    return rows
