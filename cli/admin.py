@@ -12,9 +12,10 @@
     taskstate health [--live]          (for Kubernetes exec probes)   (checks.py)
 
 Every command talks to a sidecar through `taskstate.client.admin.AdminClient`
-(`--sidecar`, else $TASKSTATE_SIDECAR, else the default socket), which holds the Redis
-credentials; with `--redis-url` it starts a private one for the call (private.py), for
-operators whose jobs' sidecars are gone. Nothing here claims a task: `show` and `export`
+(`--sidecar`, else $TASKSTATE_SIDECAR, else the default socket, else the one executor
+plugin sidecar running here: target.py), which holds the Redis credentials; with
+`--redis-url` it starts a private one for the call (private.py), for operators whose
+jobs' sidecars are gone. Nothing here claims a task: `show` and `export`
 read the committed state as the next attempt would restore it, and read again when a
 commit lands mid-read. Tables are for people, `--json` for scripts. Exit status: 0 ok,
 1 a problem (named on stderr), 2 a usage error.
