@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import os
 import random
+import re
+import stat
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -32,11 +35,12 @@ from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 from taskstate.proto.durability import Durability
 
 from ._codec import CODECS
-from ._config import DEFAULT_SIDECAR, ENV_SIDECAR, grpc_target
-from ._errors import ConfigError, SidecarUnavailableError, StateChangedError
+from ._config import DEFAULT_RUN_DIR, DEFAULT_SIDECAR, ENV_RUN_DIR, ENV_SIDECAR, grpc_target
+from ._errors import ConfigError, SidecarUnavailableError, StateChangedError, TaskStateError
 from ._security import SidecarSecurity
 from ._transport import translate
 
+_PLUGIN_SOCKET = re.compile(r"jvm-(\d+)\.sock")
 READ_ATTEMPTS = 8  # with jittered, doubling pauses: about 4 s at most
 MAX_MESSAGE_BYTES = 256 << 20
 
@@ -56,6 +60,36 @@ def task_id(text: str) -> pb.TaskId:
         if problem:
             raise ConfigError(problem)
     return pb.TaskId(namespace=parts[0], component=parts[1], partition=int(parts[2]))
+
+
+def plugin_sidecars(run_dir: str | None = None) -> list[str]:
+    """The sidecars the executor plugin runs on this machine, as `unix://` addresses.
+
+    The plugin's sidecar of executor JVM `pid` listens on `RUN_DIR/jvm-<pid>.sock`
+    (`$TASKSTATE_RUN_DIR`, else /tmp/taskstate-run); a socket whose JVM is gone is left
+    out, and so is each executor's flush barrier socket (`jvm-<pid>.barrier.sock`).
+    """
+    folder = Path(run_dir or os.environ.get(ENV_RUN_DIR) or DEFAULT_RUN_DIR)
+    found = []
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    for name in names:
+        m = _PLUGIN_SOCKET.fullmatch(name)
+        try:
+            if m is None or not stat.S_ISSOCK((folder / name).lstat().st_mode):
+                continue
+        except OSError:
+            continue  # removed meanwhile
+        try:
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            continue  # its executor is gone (killed: nothing removed the socket)
+        except PermissionError:
+            pass  # another user's JVM: alive
+        found.append(f"unix://{folder / name}")
+    return found
 
 
 def _fq(task: pb.TaskId) -> str:
@@ -111,7 +145,18 @@ class AdminClient:
         try:
             return getattr(self._stub, method)(request, timeout=self.timeout_s)
         except grpc.RpcError as exc:
-            raise translate(exc, task, self.sidecar) from None
+            raise self._error(exc, task) from None
+
+    def _error(self, exc: grpc.RpcError, task: str | None = None) -> TaskStateError:
+        """translate(), but an unreachable sidecar is not one "beside this executor"."""
+        err = translate(exc, task, self.sidecar)
+        if type(err) is SidecarUnavailableError:
+            code = exc.code().name if hasattr(exc, "code") else "UNAVAILABLE"
+            details = exc.details() if hasattr(exc, "details") else str(exc)
+            return SidecarUnavailableError(
+                f"no sidecar answers at {self.sidecar} ({code}: {details})", task
+            )
+        return err
 
     # -- the sidecar itself ------------------------------------------------------------
 
@@ -125,8 +170,7 @@ class AdminClient:
                 health_pb2.HealthCheckRequest(service=""), timeout=timeout_s or self.timeout_s
             )
         except grpc.RpcError as exc:
-            code = exc.code().name if hasattr(exc, "code") else "UNAVAILABLE"
-            raise SidecarUnavailableError(f"no answer at {self.sidecar} ({code})") from None
+            raise self._error(exc) from None
         return str(health_pb2.HealthCheckResponse.ServingStatus.Name(r.status))
 
     def doctor(self, durability: Durability | str = "applied") -> pb.DoctorResponse:
@@ -198,7 +242,7 @@ class AdminClient:
         try:
             yield from self._stub.Read(request)
         except grpc.RpcError as exc:
-            raise translate(exc, _fq(request.task), self.sidecar) from None
+            raise self._error(exc, _fq(request.task)) from None
 
     def read_again(
         self, attempt: int, fq: str, on_reread: Callable[[str], None] | None = None
@@ -249,7 +293,7 @@ class AdminClient:
         try:
             yield from self._stub.Rescale(req)  # no deadline: a large state takes a while
         except grpc.RpcError as exc:
-            raise translate(exc, f"{namespace}/{component}", self.sidecar) from None
+            raise self._error(exc, f"{namespace}/{component}") from None
 
     def set(self, task: pb.TaskId | str, key: str, value: Any) -> pb.EditResponse:
         """Set one key of a task to a JSON value; the job sees it from its next batch."""

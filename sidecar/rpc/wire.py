@@ -92,8 +92,13 @@ def codec(name: str, fq: str) -> str:
 
 
 def writer(w: pb.Writer) -> str:
-    """Who writes, as the task's metadata records it."""
-    return f"host={w.host} executor={w.executor} attempt={w.attempt} pid={w.pid}"[:512]
+    """Who writes, as the task's metadata records it.
+
+    No `executor=` without an executor id: Spark's local mode gives its Python workers
+    none (SPARK_EXECUTOR_ID), nor does a LocalContext outside Spark.
+    """
+    executor = f" executor={w.executor}" if w.executor else ""
+    return f"host={w.host}{executor} attempt={w.attempt} pid={w.pid}"[:512]
 
 
 def declared_partitions(declared: int, task: TaskKey) -> int | None:
