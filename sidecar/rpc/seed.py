@@ -70,7 +70,7 @@ class SeedRpcs:
         ns, comp = _component(request.namespace, request.component)
         if request.source < 0 or request.attempt < 0:
             raise bad(f"{ns}/{comp}: source and attempt are Spark's partition and attempt")
-        flat = wire.seed_page(request.packed, f"{ns}/{comp}", self.limits)
+        flat = wire.seed_page(request.packed, ns, comp, self.limits)
         n = await self.store.stage(ns, comp, request.seed_id, request.source, request.attempt, flat)
         metrics.SEED_KEYS.inc(n)
         return pb.SeedStageResponse(keys=n)

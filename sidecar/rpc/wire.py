@@ -14,6 +14,7 @@ from taskstate.proto import codes, ids
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto.durability import Durability
 
+from .. import errors
 from ..config import Limits
 from ..errors import SidecarError
 from ..storage.values import ChangeSet, TaskKey, TaskMeta
@@ -209,17 +210,29 @@ def task_info(m: TaskMeta) -> pb.TaskInfo:
     )
 
 
-def seed_page(packed: bytes, where: str, limits: Limits) -> list[str]:
-    """A page of a data source write: msgpack [key, value, ...], every item non-empty str."""
+def seed_page(packed: bytes, namespace: str, component: str, limits: Limits) -> list[str]:
+    """A page of a data source write: msgpack [key, value, ...], every item non-empty str.
+
+    A key twice in the page is refused here (the script finds those staged before).
+    """
+    where = f"{namespace}/{component}"
     try:
         flat = msgpack.unpackb(packed, raw=False)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
         raise bad(f"{where}: a write's page is not msgpack ({exc})") from None
     if not isinstance(flat, list) or len(flat) % 2:
         raise bad(f"{where}: a write's page must be [key, value, key, value, ...]")
-    for i, x in enumerate(flat):
-        if not isinstance(x, str) or not x:
-            kind = "key" if i % 2 == 0 else f"value of key {str(flat[i - 1])[:80]!r}"
-            raise bad(f"{where}: a {kind} is empty or not text; nothing of the write is visible")
-    limits.check_entries(where, flat[0::2], flat[1::2], "write")
+    if flat and (set(map(type, flat)) != {str} or min(map(len, flat)) == 0):  # in C
+        for i, x in enumerate(flat):
+            if not isinstance(x, str) or not x:
+                kind = "key" if i % 2 == 0 else f"value of key {str(flat[i - 1])[:80]!r}"
+                raise bad(f"{where}: a {kind} is empty or not text; nothing was written")
+    keys = flat[0::2]
+    if len(set(keys)) != len(keys):
+        seen: set[str] = set()
+        for k in keys:
+            if k in seen:
+                raise errors.seed_duplicate(namespace, component, k)
+            seen.add(k)
+    limits.check_entries(where, keys, flat[1::2], "write")
     return flat

@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ... import errors
-from ...spark_hash import KEY_TYPES, partition_of
+from ...placement import partitions_of
+from ...spark_hash import KEY_TYPES
 from ..values import SeedDone, SeedSpec, SeedStarted, TaskKey
 from .store import MemoryState, _Task
 
@@ -25,8 +26,8 @@ class _Seed:
     batch: int
     existing: list[int]
     alive: float = field(default_factory=time.time)
-    # target -> source -> (attempt, key -> value)
-    staged: dict[int, dict[int, tuple[int, dict[str, bytes]]]] = field(
+    # target -> (source, attempt) -> key -> value
+    staged: dict[int, dict[tuple[int, int], dict[str, bytes]]] = field(
         default_factory=lambda: defaultdict(dict)
     )
 
@@ -76,17 +77,14 @@ class MemorySeeder:
     ) -> int:  # fmt: skip
         """See base.SeedStore.stage."""
         seed = self._current(namespace, component, seed_id)
-        for k, v in zip(flat[0::2], flat[1::2], strict=True):
-            t = partition_of(k, seed.spec.to, seed.spec.key_type)
-            attempt_before, keys = seed.staged[t].get(source, (attempt, {}))
-            if attempt_before > attempt:
-                raise errors.fenced(f"{namespace}/{component}/{t}", attempt_before)
-            if attempt_before != attempt:
-                keys = {}
-            if k in keys:
+        keys = flat[0::2]
+        targets = partitions_of(keys, seed.spec.to, seed.spec.key_type)
+        for t, k, v in zip(targets, keys, flat[1::2], strict=True):
+            staged = seed.staged[t].setdefault((source, attempt), {})
+            if k in staged:  # the write can only fail: undone at once, as in Redis
+                del self.state.seeds[(namespace, component)]
                 raise errors.seed_duplicate(namespace, component, k)
-            keys[k] = v.encode()
-            seed.staged[t][source] = (attempt, keys)
+            staged[k] = v.encode()
         return len(flat) // 2
 
     async def commit(
@@ -97,9 +95,9 @@ class MemorySeeder:
         merged: dict[int, dict[str, bytes]] = {}
         for t in range(seed.spec.to):
             merged[t] = {}
-            for s, (attempt, keys) in seed.staged[t].items():
+            for (s, attempt), keys in seed.staged[t].items():
                 if sources.get(s) != attempt:
-                    continue
+                    continue  # an attempt Spark did not keep
                 for k, v in keys.items():
                     if k in merged[t]:
                         del self.state.seeds[(namespace, component)]

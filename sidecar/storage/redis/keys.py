@@ -21,10 +21,10 @@ in one Redis Cluster slot and one script can touch all its keys:
                          at the task's next batch, key -> value ('' : delete)
 - `ts:{ns/comp/p}:stage`, `:stage_undo`  a rescale's new data and rollback record for
                          target task p, renamed into place when p is written (rescale.py)
-- `ts:{ns/comp/p}:seed:<id>:<s>`  the keys Spark task (partition) s of data source write
-                         <id> staged for task p; `:seed:<id>:att` which attempt of each s
-                         staged them; `:seed:<id>:stage` the merged keys, made the task's
-                         state in one step (seed.py)
+- `ts:{ns/comp/p}:seed:<id>:<s>.<a>`  the keys attempt a of Spark task (partition) s of
+                         data source write <id> staged for task p; `:seed:<id>:att` the set
+                         of the attempts that staged here; `:seed:<id>:stage` the merged
+                         keys, made the task's state in one step (seed.py)
 - in `ts:ns:{ns}`, per component `seed/<comp>` (a data source write under way, JSON) and
                          `seed_alive/<comp>` (when it was last heard of)
 
@@ -63,9 +63,12 @@ def seed_fields(component: str) -> tuple[str, str]:
     return f"seed/{component}", f"seed_alive/{component}"
 
 
-def seed_key(task: TaskKey, seed_id: str, source: int) -> str:
-    """What Spark task `source` of data source write `seed_id` staged for `task` (seed.py)."""
-    return f"ts:{{{task.fq}}}:seed:{seed_id}:{source}"
+def seed_key(task: TaskKey, seed_id: str, attempt: str) -> str:
+    """What one attempt of a Spark task of data source write `seed_id` staged for `task`.
+
+    `attempt`: "<source>.<attempt>", the Spark task's partition and attempt number.
+    """
+    return f"ts:{{{task.fq}}}:seed:{seed_id}:{attempt}"
 
 
 def seed_keys(task: TaskKey, seed_id: str) -> tuple[str, str]:

@@ -40,6 +40,7 @@ from taskstate.proto.ids import fq_task_id
 
 from ... import errors
 from ...errors import SidecarError
+from ...placement import partitions_of
 from ...spark_hash import KEY_TYPES, partition_of
 from ..values import RescaleProgress, TaskKey
 from . import meta
@@ -312,15 +313,15 @@ class Rescaler:
     ) -> None:
         """Write one page of a source's hash to the targets' staging hashes."""
         by_target: dict[int, list[Any]] = defaultdict(list)
-        for k, v in page.items():
-            try:
-                t = partition_of(text(k), plan.to, plan.key_type)
-            except ValueError as exc:  # a key written after the plan checked them all
-                raise errors.bad_argument(
-                    f"key {text(k)[:80]!r} cannot be read as a {plan.key_type} ({exc}); the "
-                    "rescale holds the component and has written nothing to its tasks yet: "
-                    "delete the key (`taskstate erase`) and run the same rescale again"
-                ) from None
+        try:
+            placed = partitions_of([text(k) for k in page], plan.to, plan.key_type)
+        except ValueError as exc:  # a key written after the plan checked them all
+            raise errors.bad_argument(
+                f"a key cannot be read as a {plan.key_type} ({exc}); the rescale holds the "
+                "component and has written nothing to its tasks yet: delete the key "
+                "(`taskstate erase`) and run the same rescale again"
+            ) from None
+        for t, (k, v) in zip(placed, page.items(), strict=True):
             by_target[t] += (k, v)
 
         async def write(t: int, flat: list[Any]) -> None:

@@ -50,7 +50,6 @@ ARGV: dict[str, tuple[str, ...]] = {
     "read_keys": ("at",),
     "read_changes": ("since",),
     "seed_lock": ("lock", "now"),
-    "seed_stage": ("lock", "source", "attempt"),
     "seed_merge": ("lock",),
     "seed_publish": ("lock", "partitions", "batch", "new_gen", "now", "codec", "mode"),
     "seed_undo": ("lock",),

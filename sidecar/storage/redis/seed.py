@@ -12,12 +12,13 @@ or undoes a write whose job died:
    tasks, and one placeholder per task the write creates, are held (lua/seed_lock.lua):
    Open, reads and edits refuse them until the write ends.
 2. stage (every Spark task of the write): a page of keys, each placed where Spark's
-   `repartition(n, "key")` sends it (spark_hash.py), into a hash of the Spark task's own
-   beside its target task (lua/seed_stage.lua). A later attempt of the Spark task
-   replaces what an earlier one staged; a key staged twice is a duplicate.
+   `repartition(n, "key")` sends it (placement.py), into a hash of that attempt of the
+   Spark task, beside its target task (one pipeline, no script: the task must still be
+   held by the write, and a key this attempt staged before is a duplicate).
 3. commit (the driver, `DataSourceWriter.commit`, with Spark's commit messages): per task,
    the hashes of the attempts that count are merged (lua/seed_merge.lua: a key in two
-   of them is a duplicate, and the write is undone); then per task in one step each
+   of them is a duplicate, and the write is undone), the other attempts' hashes (of
+   Spark tasks that failed and ran again) dropped; then per task in one step each
    (lua/seed_publish.lua) the merged keys become its state, at the write's batch, with
    the partition count, a new generation and no rollback record. Tasks beyond the count
    go (overwrite), the count is recorded, the plan is removed.
@@ -42,7 +43,8 @@ from taskstate.proto import codes
 
 from ... import errors
 from ...errors import SidecarError
-from ...spark_hash import KEY_TYPES, partition_of
+from ...placement import partitions_of
+from ...spark_hash import KEY_TYPES
 from ..values import SeedDone, SeedSpec, SeedStarted, TaskKey
 from . import meta
 from .keys import (
@@ -60,7 +62,8 @@ from .seed_plans import SeedPlan, SeedPlans, now
 
 log = logging.getLogger("taskstate.sidecar.seed")
 
-MERGE_SOURCES = 100  # source hashes merged by one call of seed_merge.lua
+MERGE_SOURCES = 100  # staging hashes merged by one call of seed_merge.lua
+STAGE_TTL_S = 7 * 24 * 3600  # what a write staged outlives its write at most this long
 
 
 class Seeder:
@@ -139,27 +142,46 @@ class Seeder:
         plan = await self._plans.current(namespace, component, seed_id)
         if plan.phase != "stage":
             raise errors.seed_gone(namespace, component, seed_id)
+        keys = flat[0::2]
+        try:
+            targets = partitions_of(keys, plan.to, plan.key_type)
+        except ValueError as exc:
+            raise errors.bad_argument(
+                f"{namespace}/{component}: a key cannot be read as a {plan.key_type} ({exc}); "
+                "nothing of the write is visible"
+            ) from None
         by_target: dict[int, list[str]] = defaultdict(list)
-        for k, v in zip(flat[0::2], flat[1::2], strict=True):
-            try:
-                t = partition_of(k, plan.to, plan.key_type)
-            except ValueError as exc:
-                raise errors.bad_argument(
-                    f"{namespace}/{component}: key {k[:80]!r} cannot be read as a "
-                    f"{plan.key_type} ({exc}); nothing of the write is visible"
-                ) from None
+        for t, k, v in zip(targets, keys, flat[1::2], strict=True):
             by_target[t] += (k, v)
 
         async def one(t: int, pairs: list[str]) -> None:
             task = TaskKey(namespace, component, t)
-            att = seed_keys(task, seed_id)[1]
-            keys = (task_keys(task)[0], seed_key(task, seed_id, source), att)
-            await self._script(
-                "seed_stage", task, keys, pairs, lock=plan.lock, source=str(source),
-                attempt=str(attempt),
+            meta, att = task_keys(task)[0], seed_keys(task, seed_id)[1]
+            mine = f"{source}.{attempt}"
+            stage = seed_key(task, seed_id, mine)
+            # one round trip, no script: the attempt's own hash (a retry of the Spark task
+            # writes another; commit takes the attempt Spark kept), its keys asked first
+            _, (held, _, had, _, _) = await self._conn.send(
+                stage,
+                [("HGET", meta, "rescale"), ("SADD", att, mine), ("HMGET", stage, *pairs[0::2]),
+                 ("HSET", stage, *pairs), ("EXPIRE", stage, STAGE_TTL_S)],
             )  # fmt: skip
+            if text(held) != plan.lock:  # undone meanwhile: what it wrote expires unused
+                if held is None or isinstance(held, Exception):
+                    raise errors.seed_gone(namespace, component, seed_id)
+                raise errors.seeding(task.fq)
+            if isinstance(had, Exception):
+                raise had
+            twice = next((k for k, v in zip(pairs[0::2], had, strict=True) if v is not None), None)
+            if twice is not None:  # this attempt staged the key before
+                raise errors.seed_duplicate(namespace, component, twice)
 
-        await asyncio.gather(*(one(t, pairs) for t, pairs in by_target.items()))
+        try:
+            await asyncio.gather(*(one(t, pairs) for t, pairs in by_target.items()))
+        except SidecarError as exc:
+            if exc.code == codes.INVALID_ARGUMENT:  # a duplicate: the write can only fail
+                await self._undo(namespace, component, plan)
+            raise
         return len(flat) // 2
 
     async def commit(
@@ -230,13 +252,12 @@ class Seeder:
 
     async def _merge(self, task: TaskKey, plan: SeedPlan, sources: dict[int, int]) -> None:
         stage, att = seed_keys(task, plan.id)
-        staged = await self._hkeys(att)
-        every = {int(text(s)) for s in staged} | set(sources)
-        pairs = [(s, sources.get(s, -1)) for s in sorted(every)]
-        for i in range(0, max(len(pairs), 1), MERGE_SOURCES):
-            part = pairs[i : i + MERGE_SOURCES]
-            keys = [task_keys(task)[0], stage, att, *(seed_key(task, plan.id, s) for s, _ in part)]
-            rest = [str(x) for pair in part for x in pair]
+        staged = sorted(text(a) for a in await self._smembers(att))
+        keep = {f"{s}.{a}" for s, a in sources.items()}
+        for i in range(0, max(len(staged), 1), MERGE_SOURCES):
+            part = staged[i : i + MERGE_SOURCES]
+            keys = [task_keys(task)[0], stage, att, *(seed_key(task, plan.id, a) for a in part)]
+            rest = ["1" if a in keep else "0" for a in part]
             await self._script("seed_merge", task, keys, rest, lock=plan.lock)
 
     async def _publish(self, namespace: str, component: str, plan: SeedPlan) -> SeedDone:
@@ -268,9 +289,9 @@ class Seeder:
         for p in plan.held:
             task = TaskKey(namespace, component, p)
             stage, att = seed_keys(task, plan.id)
-            staged = await self._hkeys(att)
-            sources = [seed_key(task, plan.id, int(text(s))) for s in staged]
-            keys = (task_keys(task)[0], stage, att, *sources)
+            staged = await self._smembers(att)
+            attempts = [seed_key(task, plan.id, text(a)) for a in staged]
+            keys = (task_keys(task)[0], stage, att, *attempts)
             await self._script("seed_undo", task, keys, lock=plan.lock)
         await self._plans.remove(namespace, component, None)
         log.warning(
@@ -280,9 +301,9 @@ class Seeder:
 
     # -- helpers -----------------------------------------------------------------------
 
-    async def _hkeys(self, key: str) -> list[Any]:
+    async def _smembers(self, key: str) -> list[Any]:
         async def call() -> Any:
-            return await self._conn.client.hkeys(key)
+            return await self._conn.client.smembers(key)
 
         return list(await self._conn.run("seed", call))
 

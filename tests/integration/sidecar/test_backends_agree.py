@@ -292,6 +292,10 @@ async def _seed_story(store: Any, ns: str) -> list[Any]:
     out.append(await store.seeds.stage(ns, "c", first.seed_id, 0, 0, pairs[:40]))
     out.append(await store.seeds.stage(ns, "c", first.seed_id, 1, 0, pairs[40:]))
     out.append(await attempt(store.seeds.stage, ns, "c", first.seed_id, 1, 0, ["k20", "9"]))
+    out.append(await attempt(store.seeds.commit, ns, "c", first.seed_id, {0: 0, 1: 0}))
+    first = await store.seeds.begin(SeedSpec(ns, "c", 3, "string"))  # again, without it
+    await store.seeds.stage(ns, "c", first.seed_id, 0, 0, pairs[:40])
+    await store.seeds.stage(ns, "c", first.seed_id, 1, 0, pairs[40:])
     done = await store.seeds.commit(ns, "c", first.seed_id, {0: 0, 1: 0})
     out.append((done.tasks, done.keys, done.batch))
     out.append(await state(3))
@@ -317,9 +321,10 @@ def test_seed_paths_agree(redis_server: RedisServer, namespace: str) -> None:
             want = await _seed_story(MemoryBackend(), namespace)
             assert got == want
             assert got[0] == "PARTITIONS" and got[1] == [(0, "PARTITIONS")]
-            assert got[4] == "INVALID_ARGUMENT" and got[5] == (3, 40, -1)
-            assert got[7][0] == 3 and got[7][2] == 7 and got[9] == "PARTITIONS"
-            assert got[10] == "INVALID_ARGUMENT" and got[11] == got[8]
+            # a duplicate undoes the write: its commit finds it gone
+            assert got[4] == "INVALID_ARGUMENT" and got[5] == "FENCED" and got[6] == (3, 40, -1)
+            assert got[8][0] == 3 and got[8][2] == 7 and got[10] == "PARTITIONS"
+            assert got[11] == "INVALID_ARGUMENT" and got[12] == got[9]
         finally:
             await redis_store.close()
 

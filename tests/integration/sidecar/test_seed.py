@@ -125,16 +125,17 @@ def test_a_write_lands_where_spark_places_each_key_and_a_query_goes_on_from_it(
             pass
 
 
-def test_a_later_attempt_replaces_an_earlier_ones_keys_and_fences_it(
+def test_only_the_attempts_spark_kept_count(
     redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
 ) -> None:
+    """A Spark task that died after staging runs again: its first attempt's keys are dropped,
+    and so are those a zombie of it stages late."""
     ns = namespace
     with AdminClient(sidecar.target) as admin:
         seed = begin(admin, ns, 2).seed_id
         stage(admin, ns, seed, 0, 0, {f"a{i}": i for i in range(50)})  # then the task died
         stage(admin, ns, seed, 0, 1, {f"a{i}": -i for i in range(20)})  # its retry
-        with pytest.raises(Exception, match="FENCED|fenced|newer"):
-            stage(admin, ns, seed, 0, 0, {"zombie": 1})
+        stage(admin, ns, seed, 0, 0, {"zombie": 1})  # the first attempt, still running
         stage(admin, ns, seed, 1, 0, {"b": 1})
         commit(admin, ns, seed, {0: 1, 1: 0})
     want = placed({**{f"a{i}": -i for i in range(20)}, "b": 1}, 2)
@@ -156,7 +157,7 @@ def test_a_duplicate_key_writes_nothing(
         if where == "one task":
             with pytest.raises(InvalidRequestError, match="'dup' appears more than once"):
                 stage(admin, ns, seed, 0, 0, {"dup": 3})
-            assert admin.seed_abort(ns, "c", seed)
+            assert not admin.seed_abort(ns, "c", seed)  # undone already: it can only fail
         else:
             stage(admin, ns, seed, 1, 0, {"dup": 3})
             with pytest.raises(InvalidRequestError, match="'dup' appears more than once"):
