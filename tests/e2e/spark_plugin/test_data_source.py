@@ -252,6 +252,15 @@ def test_a_seed_starts_a_query_and_a_seed_at_a_batch_continues_one(
         "overwrite").save()  # fmt: skip
     run(spark, metered.target, 5, tmp_path / "q")
     assert as_state(read(spark, ns, metered.target).collect()) == expected(3, 4, final)
+    # the seed started each task's change log afresh: it holds the changes after batch 2
+    batch4 = {key_of(i, KEYS) for i in range(4 * PER_BATCH, 5 * PER_BATCH)}
+    assert {
+        r["key"] for r in read(spark, ns, metered.target, changesSinceBatch=3).collect()
+    } == batch4
+    with pytest.raises(
+        Exception, match="holds the changes after batch 2 and later, not those after batch 1"
+    ):
+        read(spark, ns, metered.target, changesSinceBatch=1).collect()
 
 
 def test_a_write_whose_driver_dies_leaves_nothing_and_the_next_command_undoes_it(
