@@ -26,11 +26,17 @@ commit lands mid-read. Tables are for people, `--json` for scripts. Exit status:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from typing import IO
 
-from taskstate.client import DEFAULT_SIDECAR, SidecarUnavailableError, TaskStateError
+from taskstate.client import (
+    DEFAULT_SIDECAR,
+    PermissionDeniedError,
+    SidecarUnavailableError,
+    TaskStateError,
+)
 from taskstate.client.admin import AdminClient
 from taskstate.proto import ids
 
@@ -200,9 +206,11 @@ def _run(command: str, a: argparse.Namespace, sidecar: str | None, out: IO[str])
     with AdminClient(sidecar, timeout_s=a.timeout, token_file=a.token_file) as admin:
         namespace = _namespace_of(a)
         if namespace is not None:
-            # a write of the data source whose job died is finished or undone first
-            for note in admin.settle(namespace):
-                print(f"taskstate {command}: {note}", file=sys.stderr)
+            # a write of the data source whose job died is finished or undone first (a
+            # token refused here is refused by the command itself, in its own words)
+            with contextlib.suppress(PermissionDeniedError):
+                for note in admin.settle(namespace):
+                    print(f"taskstate {command}: {note}", file=sys.stderr)
         return COMMANDS[command](a, admin, out)
 
 

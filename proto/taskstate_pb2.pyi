@@ -43,7 +43,7 @@ class Writer(_message.Message):
     def __init__(self, host: _Optional[str] = ..., executor: _Optional[str] = ..., attempt: _Optional[int] = ..., pid: _Optional[int] = ...) -> None: ...
 
 class OpenRequest(_message.Message):
-    __slots__ = ("task", "batch", "writer", "codec", "durability", "replicas", "attempt_id", "partitions")
+    __slots__ = ("task", "batch", "writer", "codec", "durability", "replicas", "attempt_id", "partitions", "event_time_ms")
     TASK_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
     WRITER_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +52,7 @@ class OpenRequest(_message.Message):
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_ID_FIELD_NUMBER: _ClassVar[int]
     PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    EVENT_TIME_MS_FIELD_NUMBER: _ClassVar[int]
     task: TaskId
     batch: int
     writer: Writer
@@ -60,10 +61,11 @@ class OpenRequest(_message.Message):
     replicas: int
     attempt_id: str
     partitions: int
-    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., batch: _Optional[int] = ..., writer: _Optional[_Union[Writer, _Mapping]] = ..., codec: _Optional[str] = ..., durability: _Optional[_Union[Durability, str]] = ..., replicas: _Optional[int] = ..., attempt_id: _Optional[str] = ..., partitions: _Optional[int] = ...) -> None: ...
+    event_time_ms: int
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., batch: _Optional[int] = ..., writer: _Optional[_Union[Writer, _Mapping]] = ..., codec: _Optional[str] = ..., durability: _Optional[_Union[Durability, str]] = ..., replicas: _Optional[int] = ..., attempt_id: _Optional[str] = ..., partitions: _Optional[int] = ..., event_time_ms: _Optional[int] = ...) -> None: ...
 
 class OpenResponse(_message.Message):
-    __slots__ = ("epoch", "committed_batch", "position", "has_position", "size", "version", "rolled_back", "rolled_back_keys", "packed_commits", "reused_claim", "packed_gets", "flush_barrier", "text_values")
+    __slots__ = ("epoch", "committed_batch", "position", "has_position", "size", "version", "rolled_back", "rolled_back_keys", "packed_commits", "reused_claim", "packed_gets", "flush_barrier", "text_values", "now_ms", "expired")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_BATCH_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
@@ -77,6 +79,8 @@ class OpenResponse(_message.Message):
     PACKED_GETS_FIELD_NUMBER: _ClassVar[int]
     FLUSH_BARRIER_FIELD_NUMBER: _ClassVar[int]
     TEXT_VALUES_FIELD_NUMBER: _ClassVar[int]
+    NOW_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRED_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     committed_batch: int
     position: bytes
@@ -90,7 +94,9 @@ class OpenResponse(_message.Message):
     packed_gets: bool
     flush_barrier: bool
     text_values: bool
-    def __init__(self, epoch: _Optional[int] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., rolled_back: _Optional[bool] = ..., rolled_back_keys: _Optional[int] = ..., packed_commits: _Optional[bool] = ..., reused_claim: _Optional[bool] = ..., packed_gets: _Optional[bool] = ..., flush_barrier: _Optional[bool] = ..., text_values: _Optional[bool] = ...) -> None: ...
+    now_ms: int
+    expired: int
+    def __init__(self, epoch: _Optional[int] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., rolled_back: _Optional[bool] = ..., rolled_back_keys: _Optional[int] = ..., packed_commits: _Optional[bool] = ..., reused_claim: _Optional[bool] = ..., packed_gets: _Optional[bool] = ..., flush_barrier: _Optional[bool] = ..., text_values: _Optional[bool] = ..., now_ms: _Optional[int] = ..., expired: _Optional[int] = ...) -> None: ...
 
 class RestoreRequest(_message.Message):
     __slots__ = ("task", "epoch", "max_fields", "packed", "since_version", "delta_only")

@@ -323,3 +323,14 @@ def not_covered(fq: str, since: int, covered: int) -> SidecarError:
         f"task {fq}: the change log holds the changes after batch {covered} and later, not "
         f"those after batch {since}. Read the whole state instead, or a batch >= {covered}.",
     )
+
+
+def event_time_needed(fq: str) -> SidecarError:
+    """A block without an event time in a component whose keys expire in event time."""
+    return SidecarError(
+        codes.CONFIG,
+        f"task {fq}: this component's keys expire in event time (an earlier block passed "
+        "TaskState(now=...)), and this block passed none. Nothing was changed. Pass now= "
+        "(the batch's watermark, or the largest event time the task has seen) in every "
+        "block of the component.",
+    )

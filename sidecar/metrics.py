@@ -96,6 +96,13 @@ GET_KEYS = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+EXPIRED_KEYS = Counter(
+    "taskstate_expired_keys",
+    "Keys that expired (their time to live ran out) and were deleted, by component: at the "
+    "first Open of a batch, as a write of that batch, or by a sweep of idle tasks.",
+    ["component"],
+    registry=REGISTRY,
+)
 READ_KEYS = Counter(
     "taskstate_read_keys",
     "Keys sent by Read (claim-free reads: taskstate show/export and the data source), by kind: "

@@ -49,6 +49,7 @@ class TaskRpcs:
             durability=durability,
             attempt=request.attempt_id,
             partitions=wire.declared_partitions(request.partitions, task),
+            event_time_ms=request.event_time_ms if request.HasField("event_time_ms") else None,
         )
         REQUEST.set({**(REQUEST.get() or {}), "epoch": r.epoch})
         log.log(
@@ -78,6 +79,8 @@ class TaskRpcs:
             packed_gets=True,
             flush_barrier=self.flush_barrier,
             text_values=True,
+            now_ms=r.now_ms,
+            expired=r.expired,
         )
 
     async def Restore(self, request: pb.RestoreRequest) -> AsyncIterator[pb.RestoreChunk]:  # noqa: N802

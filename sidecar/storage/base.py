@@ -59,6 +59,7 @@ class TaskStore(Protocol):
         durability: Durability,
         attempt: str = "",
         partitions: int | None = None,
+        event_time_ms: int | None = None,
     ) -> OpenResult:
         """Claim `task` for task attempt `attempt` (see module docstring).
 
@@ -66,6 +67,11 @@ class TaskStore(Protocol):
         `partitions`: the count the task declares (None: none). The first declared is
         recorded for the component; an Open under another, or by a partition outside
         it, or while a rescale holds the component, is refused (PARTITIONS).
+        `event_time_ms`: the block's event time (None: processing time). The batch's now
+        is fixed at its first claim (the event time, or the clock) and kept for a replay;
+        that claim deletes the keys expired by then, as a write of the batch (a replay
+        rolls them back and expires them again). A component that used event time refuses
+        a claim without one (CONFIG).
         """
         ...
 

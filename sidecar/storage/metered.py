@@ -35,8 +35,9 @@ class MeteredTaskStore:
         durability: Durability,
         attempt: str = "",
         partitions: int | None = None,
+        event_time_ms: int | None = None,
     ) -> OpenResult:
-        """See base.TaskStore.open; counts shared claims and rollbacks."""
+        """See base.TaskStore.open; counts shared claims, rollbacks and expired keys."""
         r = await self.inner.open(
             task,
             batch,
@@ -45,7 +46,10 @@ class MeteredTaskStore:
             durability=durability,
             attempt=attempt,
             partitions=partitions,
+            event_time_ms=event_time_ms,
         )
+        if r.expired:
+            metrics.EXPIRED_KEYS.labels(task.component).inc(r.expired)
         if r.reused_claim:
             metrics.CLAIMS_REUSED.inc()
         if r.rolled_back:

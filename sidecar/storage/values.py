@@ -38,6 +38,8 @@ class OpenResult:
     rolled_back: bool
     rolled_back_keys: int
     reused_claim: bool = False
+    now_ms: int = 0  # the batch's now (epoch ms): what expiry is measured against
+    expired: int = 0  # keys this Open found expired (and deleted, as a write of the batch)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ or `key IN (...)` filter reads only those keys, in one step.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import tempfile
@@ -37,6 +38,7 @@ from taskstate.client import (
     ConfigError,
     NotFoundError,
     PartitionCountError,
+    PermissionDeniedError,
     SidecarUnavailableError,
     StateChangedError,
 )
@@ -73,8 +75,9 @@ class Reader(DataSourceReader):
         o = self.options
         try:
             client = client_for(o)
-            for note in client.settle(o.namespace, o.component):
-                print(f"{FORMAT} data source: {note}", flush=True)
+            with contextlib.suppress(PermissionDeniedError):  # the listing says it, next
+                for note in client.settle(o.namespace, o.component):
+                    print(f"{FORMAT} data source: {note}", flush=True)
             tasks = client.tasks(o.namespace, o.component)
         except SidecarUnavailableError as exc:
             raise unreachable(o, exc) from None

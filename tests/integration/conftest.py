@@ -97,7 +97,9 @@ def snapshot(r: RedisServer, namespace: str) -> dict[bytes, object]:
     return out
 
 
-CLAIM_FIELDS = {b"epoch", b"opened_at", b"last_writer", b"claim", b"claim_batch", b"superseded"}
+# what an Open writes of its claim (not of the state): the batch's now for expiry too
+CLAIM_FIELDS = {b"epoch", b"opened_at", b"last_writer", b"claim", b"claim_batch", b"superseded",
+                b"now_batch", b"now_ms"}  # fmt: skip
 
 
 def stored(

@@ -19,7 +19,8 @@ from ..values import (
     TaskMeta,
 )
 from .rescale import rescale
-from .store import _ABSENT, MemoryState, MemoryTaskStore, _chunks, _log, _Task
+from .store import MemoryState, MemoryTaskStore
+from .task import _ABSENT, _chunks, _log, _Task
 
 
 class MemoryAdmin:

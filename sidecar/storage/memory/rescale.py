@@ -21,7 +21,8 @@ from ...spark_hash import KEY_TYPES, partition_of
 from ..values import RescaleProgress, TaskKey
 
 if TYPE_CHECKING:
-    from .store import MemoryState, _Task
+    from .store import MemoryState
+from .task import _Task
 
 
 def _rollback_fields(t: _Task) -> dict[str, bytes | None]:
@@ -37,7 +38,7 @@ async def rescale(
     store: MemoryState, namespace: str, component: str, to: int, key_type: str, quiet_s: float
 ) -> AsyncIterator[RescaleProgress]:
     """See base.AdminStore.rescale."""
-    from .store import _Task
+    from .task import _Task
 
     if key_type not in KEY_TYPES:
         raise errors.bad_argument(f"key type {key_type!r} is not one of {', '.join(KEY_TYPES)}")

@@ -16,7 +16,8 @@ from ... import errors
 from ...placement import partitions_of
 from ...spark_hash import KEY_TYPES
 from ..values import SeedDone, SeedSpec, SeedStarted, TaskKey
-from .store import MemoryState, _Task
+from .store import MemoryState
+from .task import _Task
 
 
 @dataclass

@@ -8,18 +8,14 @@ server. The tasks live in a `MemoryState` that the operators' calls (admin.py) s
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from taskstate.proto.durability import Durability
-from taskstate.proto.versions import Version, token
+from taskstate.proto.versions import Version
 
 from ... import errors
 from ..values import (
-    LOG_FRACTION,
-    LOG_MIN,
     ChangeSet,
     CommitResult,
     Delta,
@@ -27,82 +23,16 @@ from ..values import (
     TaskKey,
     TaskMeta,
 )
-
-_ABSENT = None
-_SUPERSEDED_MAX = 32  # as open.lua
-
-
-def _chunks(items: list[tuple[str, bytes]], n: int) -> list[list[tuple[str, bytes]]]:
-    """`items` in chunks of at most `n` (as restore and read yield them)."""
-    n = max(n, 1)
-    return [items[i : i + n] for i in range(0, len(items), n)]
-
-
-@dataclass
-class _Task:
-    data: dict[str, bytes] = field(default_factory=dict)
-    epoch: int = 0
-    batch: int = -1
-    position: bytes | None = None
-    gen: str = field(default_factory=lambda: uuid.uuid4().hex)
-    ver: int = 0
-    codec: str = ""
-    undo: dict[str, bytes | None] = field(default_factory=dict)
-    undo_copy: dict[str, bytes] | None = None  # "copy" mode: the data before the batch
-    undo_n: int = 0  # "copy" mode: keys written by the batch (counted per commit)
-    undo_batch: int | None = None
-    prev_batch: int = -1
-    prev_position: bytes | None = None
-    updated_at: float = 0.0
-    last_writer: str = ""
-    rollbacks: int = 0
-    claim: str | None = None  # the attempt that owns the epoch (None: unnamed)
-    claim_batch: int | None = None
-    superseded: list[str] = field(default_factory=list)  # the last _SUPERSEDED_MAX
-    # the change log, as lua/commit.lua keeps it: version -> the keys it changed;
-    # complete for versions (log_floor, ver] when log_ver == ver; log_n keys in all
-    log: dict[int, list[str]] = field(default_factory=dict)
-    log_batch: dict[int, int] = field(default_factory=dict)  # version -> the batch that wrote it
-    log_floor: int = 0
-    log_floor_batch: int | None = -1  # the batch of the state at log_floor (None: unknown)
-    log_ver: int | None = None
-    log_n: int = 0
-    partitions: int | None = None  # the count recorded at the first Open declaring one
-    # operators' edits to apply again at the first Open of a batch after edit_batch
-    edits: dict[str, bytes | None] = field(default_factory=dict)
-    edit_batch: int | None = None
-
-    @property
-    def version(self) -> str:
-        return token(self.gen, self.ver)
-
-
-def _log(t: _Task, keys: list[str], batch: int) -> None:
-    """A new version that changed `keys`, in the change log if it covers the last one."""
-    if t.log_ver == t.ver:
-        t.log[t.ver + 1] = keys
-        t.log_batch[t.ver + 1] = batch
-        t.log_n += len(keys)
-        t.log_ver = t.ver + 1
-    t.ver += 1
-
-
-def _restart_log(t: _Task, floor: int, floor_batch: int) -> None:
-    """The log starts afresh: it covers versions after `floor` (the state of `floor_batch`)."""
-    t.log, t.log_batch, t.log_floor, t.log_n = {}, {}, floor, 0
-    t.log_floor_batch = floor_batch
-
-
-def _apply_edits(t: _Task, batch: int) -> None:
-    """Apply the kept edits again (lua/open.lua) at `batch`, and forget them."""
-    for k, v in t.edits.items():
-        if v is None:
-            t.data.pop(k, None)
-        else:
-            t.data[k] = v
-    if t.edits:
-        _log(t, list(t.edits), batch)
-    t.edits, t.edit_batch = {}, None
+from .task import (
+    _ABSENT,
+    _SUPERSEDED_MAX,
+    _apply_edits,
+    _chunks,
+    _log_commit,
+    _restart_log,
+    _Task,
+    expire,
+)
 
 
 class MemoryState:
@@ -139,25 +69,6 @@ def _fenced(task: TaskKey, t: _Task | None, epoch: int) -> None:
         raise errors.fenced(task.fq, "none" if t is None else t.epoch)
 
 
-def _log_commit(t: _Task, keys: list[str], batch: int, before: int) -> None:
-    """Log a commit's keys at the version it makes, trimmed as lua/commit.lua does.
-
-    `batch`: the commit's batch (-1 in a batch job); `before`: the batch before it.
-    """
-    if t.log_ver != t.ver:
-        _restart_log(t, t.ver, before)
-    new = t.ver + 1
-    t.log[new] = keys
-    t.log_batch[new] = batch
-    t.log_n += len(keys)
-    t.log_ver = new
-    limit = max(LOG_MIN, (len(t.data)) // LOG_FRACTION)
-    while t.log_n > limit and t.log_floor < new:
-        t.log_floor += 1
-        t.log_n -= len(t.log.pop(t.log_floor, []))
-        t.log_floor_batch = t.log_batch.pop(t.log_floor, None)
-
-
 class MemoryTaskStore:
     """Task state in a dict, with the same protocol as the Redis task store."""
 
@@ -174,6 +85,7 @@ class MemoryTaskStore:
         durability: Durability,
         attempt: str = "",
         partitions: int | None = None,
+        event_time_ms: int | None = None,
     ) -> OpenResult:
         """Claim the task; see base.TaskStore.open."""
         self.state.fault("open")
@@ -192,11 +104,14 @@ class MemoryTaskStore:
             raise errors.partitions_changed(task.fq, recorded, partitions)
         if t is not None and batch is not None and t.batch > batch:
             raise errors.state_ahead(task.fq, t.batch, batch)
+        if t is not None and t.time == "event" and event_time_ms is None:
+            raise errors.event_time_needed(task.fq)
         if t is not None and attempt:
             if t.claim == attempt and t.claim_batch == batch:
                 return OpenResult(
-                    t.epoch, t.batch, t.position, len(t.data), t.version, False, 0, True
-                )
+                    t.epoch, t.batch, t.position, len(t.data), t.version, False, 0, True,
+                    t.now_ms,
+                )  # fmt: skip
             if attempt in t.superseded:
                 raise errors.fenced(task.fq, t.epoch)
         replay = t is not None and batch is not None and t.batch == batch and batch >= 0
@@ -245,7 +160,17 @@ class MemoryTaskStore:
             rolled = True
         if t.edit_batch is not None and (batch is None or batch > t.edit_batch):
             _apply_edits(t, -1 if batch is None else batch)
-        return OpenResult(t.epoch, t.batch, t.position, len(t.data), t.version, rolled, n)
+        last = t.batch
+        now = event_time_ms if event_time_ms is not None else int(time.time() * 1000)
+        if batch is not None and t.now_batch == batch:
+            now = t.now_ms  # the batch's now, fixed at its first claim
+        expired = expire(t, batch, now)
+        t.now_batch, t.now_ms = batch, now
+        if event_time_ms is not None:
+            t.time = "event"
+        return OpenResult(
+            t.epoch, last, t.position, len(t.data), t.version, rolled, n, False, now, expired
+        )
 
     async def restore(
         self, task: TaskKey, epoch: int, max_fields: int

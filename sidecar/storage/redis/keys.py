@@ -17,6 +17,10 @@ in one Redis Cluster slot and one script can touch all its keys:
                          namespace whose index is empty is still known (same slot);
                          and per component `partitions/<comp>` (its partition count)
                          and `rescale/<comp>` (a `taskstate rescale` under way, JSON)
+- `ts:{ns/comp/p}:ttl`    sorted set: key -> expiry (epoch ms) of the keys written with a
+                         time to live (a value's envelope, taskstate/proto/envelope.py),
+                         kept by the scripts that write; `:ttl_undo` the index before the
+                         batch, beside a copy-mode rollback record
 - `ts:{ns/comp/p}:edits`  hash: operators' edits (`taskstate set/del/erase`) to apply again
                          at the task's next batch, key -> value ('' : delete)
 - `ts:{ns/comp/p}:stage`, `:stage_undo`  a rescale's new data and rollback record for
@@ -42,7 +46,7 @@ from taskstate.proto.ids import fq_task_id
 
 from ..values import TaskKey
 
-Kind = Literal["data", "meta", "undo", "log", "edits", "stage", "stage_undo"]
+Kind = Literal["data", "meta", "undo", "log", "edits", "stage", "stage_undo", "ttl", "ttl_undo"]
 
 
 class ComponentRecord(NamedTuple):
@@ -102,6 +106,16 @@ def task_keys(task: TaskKey) -> tuple[str, str, str, str]:
     )
 
 
+def ttl_keys(task: TaskKey) -> tuple[str, str]:
+    """(ttl, ttl_undo): the task's expiry index, and the index before the batch.
+
+    The index maps the keys written with a time to live to their expiry (epoch ms); the
+    second one sits beside a copy-mode rollback record.
+    """
+    n, c, p = task.namespace, task.component, task.partition
+    return task_key(n, c, p, "ttl"), task_key(n, c, p, "ttl_undo")
+
+
 def edits_key(task: TaskKey) -> str:
     """The task's kept edits (lua/edit.lua, lua/open.lua)."""
     return task_key(task.namespace, task.component, task.partition, "edits")
@@ -111,7 +125,7 @@ def every_key(task: TaskKey) -> tuple[str, ...]:
     """Every key a task may have: what deleting the task deletes."""
     n, c, p = task.namespace, task.component, task.partition
     return (*task_keys(task), edits_key(task), task_key(n, c, p, "stage"),
-            task_key(n, c, p, "stage_undo"))  # fmt: skip
+            task_key(n, c, p, "stage_undo"), *ttl_keys(task))  # fmt: skip
 
 
 def index_member(task: TaskKey) -> str:

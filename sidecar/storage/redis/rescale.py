@@ -52,6 +52,7 @@ from .keys import (
     seed_fields,
     task_key,
     task_keys,
+    ttl_keys,
 )
 from .records import NamespaceRecords
 from .replies import text
@@ -153,7 +154,7 @@ class Rescaler:
             gen = uuid.uuid4().hex
             for t in range(to):
                 task = TaskKey(namespace, component, t)
-                keys = (*task_keys(task), *_staging(task), edits_key(task))
+                keys = (*task_keys(task), *_staging(task), edits_key(task), *ttl_keys(task))
                 await self._script(
                     "rescale_commit",
                     task,

@@ -38,6 +38,8 @@ ARGV: dict[str, tuple[str, ...]] = {
         "seen_ver",
         "partitions",
         "partition",
+        "event_time",
+        "clock_ms",
     ),  # fmt: skip
     "commit": ("epoch", "batch", "position", "now", "writer", "log_entry", "upserts", "deletes"),
     "get": ("epoch", "at"),
@@ -134,6 +136,7 @@ _REFUSALS: dict[str, Callable[[Refused, str], SidecarError]] = {
     "TSLOST": _lost,
     "TSNOTASK": lambda r, d: errors.not_found(r.task, r.task.partition("/")[0]),
     "TSEXISTS": lambda r, d: errors.already_exists(r.task),
+    "TSTIME": lambda r, d: errors.event_time_needed(r.task),
     "TSDUPLICATE": lambda r, d: errors.seed_duplicate(
         r.task.split("/")[0], r.task.split("/")[1], d
     ),

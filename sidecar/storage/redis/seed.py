@@ -53,6 +53,7 @@ from .keys import (
     seed_key,
     seed_keys,
     task_keys,
+    ttl_keys,
 )
 from .records import NamespaceRecords
 from .replies import text
@@ -267,7 +268,7 @@ class Seeder:
             task = TaskKey(namespace, component, t)
             stage = seed_keys(task, plan.id)[0]
             r = await self._script(
-                "seed_publish", task, (*task_keys(task), stage, edits_key(task)),
+                "seed_publish", task, (*task_keys(task), stage, edits_key(task), *ttl_keys(task)),
                 lock=plan.lock, partitions=str(plan.to), batch=str(plan.batch), new_gen=gen,
                 now=now(), codec="json", mode=mode,
             )  # fmt: skip

@@ -27,7 +27,7 @@ from ...errors import SidecarError
 from ..values import ChangeSet, CommitResult, Delta, OpenResult, TaskKey, TaskMeta
 from . import meta
 from .changelog import changed_keys, log_entry
-from .keys import edits_key, task_keys
+from .keys import edits_key, task_keys, ttl_keys
 from .records import NamespaceRecords
 from .replies import text
 from .routing import Connection
@@ -71,6 +71,7 @@ class RedisTaskStore:
         durability: Durability,
         attempt: str = "",
         partitions: int | None = None,
+        event_time_ms: int | None = None,
     ) -> OpenResult:
         """Claim the task; see base.TaskStore.open."""
         if durability.fsynced:
@@ -88,6 +89,8 @@ class RedisTaskStore:
             "seen_ver": str(seen.ver) if seen else "",
             "partitions": "" if partitions is None else str(partitions),
             "partition": str(task.partition),
+            "event_time": "" if event_time_ms is None else str(event_time_ms),
+            "clock_ms": str(int(time.time() * 1000)),
         }
         try:
             r = await self._open_script(task, batch, args, partitions)
@@ -103,6 +106,8 @@ class RedisTaskStore:
             rolled_back=bool(int(r[6])),
             rolled_back_keys=int(r[7]),
             reused_claim=bool(int(r[8])),
+            now_ms=int(r[9]),
+            expired=int(r[10]),
         )
         self._seen.note(task, result.version, result.committed_batch)
         return result
@@ -121,7 +126,7 @@ class RedisTaskStore:
         data source that held the task was settled.
         """
         script = self._conn.scripts["open"]
-        keys = (*task_keys(task), edits_key(task))
+        keys = (*task_keys(task), edits_key(task), *ttl_keys(task))
         settled = False
         while True:
             argv = script.args(**args)
@@ -271,7 +276,7 @@ class RedisTaskStore:
         durability: Durability,
     ) -> CommitResult:
         """Apply one change set atomically; see base.TaskStore.commit."""
-        keys = task_keys(task)
+        keys = (*task_keys(task), *ttl_keys(task))
         args = self._conn.scripts["commit"].args(
             epoch=str(epoch),
             batch="" if batch is None else str(batch),

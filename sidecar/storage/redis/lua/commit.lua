@@ -1,5 +1,7 @@
 -- Commit(task, epoch, batch, upserts, deletes, position): one atomic change set.
--- KEYS: 1 meta, 2 data, 3 undo, 4 log
+-- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 ttl (the expiry index: key -> expiry, kept from
+--       the values' envelopes, prelude.lua), 6 ttl_undo (in copy mode, the index as it
+--       was before the batch)
 -- ARGV: 1 epoch, 2 batch ('' for batch jobs), 3 position ('+' .. bytes, or '' for none),
 --       4 now, 5 writer, 6 the change set's keys (upserted, then deleted) as one msgpack
 --       array (the change log's entry), 7 the upserts: a msgpack array [key1, value1, key2,
@@ -30,7 +32,7 @@
 -- Returns {version, size, base version (the version this change set was applied on)}.
 -- Errors: TSFENCED <epoch>, TSAHEAD <last>, TSCORRUPT <what>.
 -- An error writes nothing.
-local meta, data, undo, log = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local meta, data, undo, log, ttl, ttl_undo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local foreign = not_hashes({data, undo, log})  -- prelude.lua
 if foreign then return foreign end
 local m = redis.call('HMGET', meta, 'epoch', 'batch', 'undo_batch', 'pos', 'ver', 'gen',
@@ -52,6 +54,7 @@ local ups, dels = {}, {}
 if ARGV[7] ~= '' then ups = cmsgpack.unpack(ARGV[7]) end
 if ARGV[8] ~= '' then dels = cmsgpack.unpack(ARGV[8]) end
 local nchanges = #ups / 2 + #dels
+local has_ttl = redis.call('EXISTS', ttl) == 1
 if has_batch then
   local batch = tonumber(ARGV[2])
   local last = tonumber(m[2] or '-1')
@@ -75,6 +78,11 @@ if has_batch then
     else
       redis.call('UNLINK', undo)  -- freed off the main thread
     end
+    if mode == 'copy' and has_ttl then
+      redis.call('COPY', ttl, ttl_undo, 'REPLACE')
+    else
+      redis.call('UNLINK', ttl_undo)
+    end
     redis.call('HSET', meta, 'undo_batch', ARGV[2], 'prev_batch', m[2] or '-1',
       'prev_pos', prev_pos, 'batch', ARGV[2], 'undo_mode', mode, 'undo_n', '0')
     m[7] = mode
@@ -90,6 +98,12 @@ if has_batch then
       local u = redis.call('HGETALL', undo)
       redis.call('COPY', data, undo, 'REPLACE')
       apply_record(undo, u)  -- prelude.lua
+      if has_ttl then
+        redis.call('COPY', ttl, ttl_undo, 'REPLACE')
+        ttl_sync(ttl_undo, u, 1, #u, true)  -- the index as it was before the batch
+      else
+        redis.call('UNLINK', ttl_undo)
+      end
       redis.call('HSET', meta, 'undo_mode', 'copy', 'undo_n', string.format('%d', #u / 2))
       m[7] = 'copy'
     end
@@ -128,6 +142,7 @@ while i <= #ups do
     remember(ks)
   end
   redis.call('HSET', data, unpack(ups, i, stop))
+  if ttl_sync(ttl, ups, i, stop, has_ttl) then has_ttl = true end
   i = stop + 1
 end
 -- deletes
@@ -140,6 +155,7 @@ while i <= #dels do
     remember(ks)
   end
   redis.call('HDEL', data, unpack(dels, i, stop))
+  if has_ttl then redis.call('ZREM', ttl, unpack(dels, i, stop)) end
   i = stop + 1
 end
 if ARGV[3] ~= '' then

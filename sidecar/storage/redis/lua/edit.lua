@@ -1,6 +1,6 @@
 -- Edit(task, key, value): an operator's change to one key of a task's stored state
 -- (`taskstate set`, `del`, `erase`), outside any task attempt.
--- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 edits
+-- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 edits, 6 ttl (the expiry index)
 -- ARGV: 1 key, 2 encoded value ('' : delete), 3 codec of the value, 4 now
 -- Applied at once (a new version, in the change log, so workers holding an older copy
 -- get it as a delta) and kept in `edits` (key -> value, '' : delete) with meta
@@ -11,7 +11,7 @@
 -- key's value from the rollback record, so that no copy of an erased value is left.
 -- Returns 1 if the key existed, 0 if not.
 -- Errors: TSNOTASK (no such task), TSRESCALING <lock>, TSCODEC <stored codec>.
-local meta, data, undo, log, edits = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local meta, data, undo, log, edits, ttl = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local foreign = not_hashes({data, undo, log, edits})  -- prelude.lua
 if foreign then return foreign end
 if redis.call('EXISTS', meta) == 0 then return redis.error_reply('TSNOTASK') end
@@ -31,6 +31,7 @@ if value == '' then
 else
   redis.call('HSET', data, key, value)
 end
+ttl_sync(ttl, {key, value}, 1, 2, true)  -- prelude.lua: a value with an expiry, or none
 local ver = tonumber(m[2] or '0')
 local nv = string.format('%d', ver + 1)
 if m[3] and tonumber(m[3]) == ver then

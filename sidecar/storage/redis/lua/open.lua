@@ -1,10 +1,13 @@
 -- Open(task, batch, attempt): claim the task for a task attempt.
--- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 edits (all in the task's hash-tag slot)
+-- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 edits, 6 ttl (the expiry index), 7 ttl_undo (all
+--       in the task's hash-tag slot)
 -- ARGV: 1 batch ('' for batch jobs), 2 generation id for a new task, 3 now,
 --       4 writer, 5 codec, 6 attempt id ('' from an older client: always a new claim),
 --       7 '1': refuse a task with no keys at all (TSNEW) so the sidecar can ask the index,
 --       8, 9: the generation and version counter this sidecar last saw ('' '': none),
---       10: the partition count the task declares ('' none), 11: its partition id
+--       10: the partition count the task declares ('' none), 11: its partition id,
+--       12: the block's event time in epoch ms ('': processing time), 13: the sidecar's
+--       clock in epoch ms
 -- The claim belongs to the task attempt, not to a process: meta 'claim' and
 -- 'claim_batch' name the attempt that owns the current epoch. The same attempt opening
 -- at the same batch again (Spark served it with a second Python worker) reuses the
@@ -32,18 +35,26 @@
 -- Operators' edits (edit.lua) kept in `edits` are applied again by the first claim at a
 -- batch after meta 'edit_batch' (any claim, in a batch job), as a version of their own
 -- in the change log, and then forgotten.
--- Errors: TSAHEAD <last>, TSPARTS <recorded>, TSRESCALING <id>, TSCORRUPT <what>,
+-- Expiry (keys written with a time to live, keeping the index `ttl`): a batch's "now" is
+-- fixed at its first claim (meta now_batch, now_ms: the block's event time, or the
+-- sidecar's clock) and kept for any later claim of the same batch, a replay included; the
+-- first claim of a batch deletes the keys whose expiry is at or before it, as a write of
+-- that batch (its rollback record holds them: a replay rolls them back and expires them
+-- again) and a version in the change log. So every key a block of the batch can see is
+-- alive. A component that used event time (meta time) refuses a claim without one (TSTIME).
+-- Errors: TSAHEAD <last>, TSPARTS <recorded>, TSRESCALING <id>, TSCORRUPT <what>, TSTIME,
 -- TSCODEC <stored codec>, TSFENCED <epoch>, TSLOST data <batch> <size> |
 -- TSLOST meta <keys> | TSLOST behind <batch> <ver>, TSNEW.
 -- An error writes nothing.
 local SUPERSEDED_MAX = 32
-local meta, data, undo, log, edits = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local meta, data, undo, log, edits, ttl, ttl_undo =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local foreign = not_hashes({data, undo, log, edits})  -- prelude.lua
 if foreign then return foreign end
 local m = redis.call('HMGET', meta, 'layout', 'epoch', 'batch', 'gen', 'ver', 'codec',
   'undo_batch', 'prev_batch', 'prev_pos', 'pos', 'undo_mode', 'undo_n', 'claim',
   'claim_batch', 'superseded', 'log_ver', 'log_n', 'size', 'size_ver', 'partitions',
-  'rescale', 'edit_batch')
+  'rescale', 'edit_batch', 'now_batch', 'now_ms', 'time')
 local has_data = redis.call('EXISTS', data) == 1
 if redis.call('EXISTS', meta) == 0 then
   if has_data then
@@ -60,6 +71,8 @@ if m[6] and m[6] ~= ARGV[5] then
   return redis.error_reply('TSCODEC ' .. m[6])
 end
 if m[21] then return redis.error_reply('TSRESCALING ' .. m[21]) end
+local event = ARGV[12] ~= ''
+if m[25] == 'event' and not event then return redis.error_reply('TSTIME') end
 local recorded = tonumber(m[20] or '')
 if recorded and ((ARGV[10] ~= '' and tonumber(ARGV[10]) ~= recorded)
     or tonumber(ARGV[11]) >= recorded) then
@@ -88,7 +101,7 @@ if attempt ~= '' and m[13] == attempt and m[14] == ARGV[1] then
   local pos, has_pos = m[10], 1
   if not pos then pos, has_pos = false, 0 end
   return {epoch, last, pos, has_pos, redis.call('HLEN', data),
-    gen .. ':' .. string.format('%d', ver), 0, 0, 1}
+    gen .. ':' .. string.format('%d', ver), 0, 0, 1, m[24] or ARGV[13], 0}
 end
 local superseded = m[15] or ''
 if attempt ~= '' and string.find(' ' .. superseded .. ' ', ' ' .. attempt .. ' ', 1, true) then
@@ -121,11 +134,17 @@ if has_batch and last == batch and last >= 0 then
     else
       redis.call('UNLINK', data)
     end
+    if redis.call('EXISTS', ttl_undo) == 1 then  -- the expiry index as it was, too
+      redis.call('RENAME', ttl_undo, ttl)
+    else
+      redis.call('UNLINK', ttl)
+    end
     nrolled = tonumber(m[12] or '0')
     logged = false
   else
     local u = redis.call('HGETALL', undo)
     local undone = apply_record(data, u)  -- prelude.lua
+    ttl_sync(ttl, u, 1, #u, true)  -- prelude.lua: the restored keys' expiries
     nrolled = #u / 2
     if logged then
       local nv = string.format('%d', newver)
@@ -163,6 +182,7 @@ local edit_batch = m[22]  -- a rollback leaves it as it was
 if edit_batch and (not has_batch or batch > tonumber(edit_batch)) then
   local e = redis.call('HGETALL', edits)
   local ks = apply_record(data, e)  -- prelude.lua: '' deletes
+  ttl_sync(ttl, e, 1, #e, true)
   local newver = ver + 1
   local nv = string.format('%d', newver)
   local lv = redis.call('HMGET', meta, 'log_ver', 'log_n')
@@ -177,6 +197,65 @@ if edit_batch and (not has_batch or batch > tonumber(edit_batch)) then
   redis.call('DEL', edits)
   redis.call('HDEL', meta, 'edit_batch')
 end
+-- expiry: the batch's now, and the keys it finds expired
+local now_b = tonumber(ARGV[13])
+if event then now_b = tonumber(ARGV[12]) end
+if has_batch and m[23] == ARGV[1] and m[24] then now_b = tonumber(m[24]) end
+local expired = 0
+if redis.call('EXISTS', ttl) == 1 then
+  local due = redis.call('ZRANGEBYSCORE', ttl, '-inf', now_b)
+  local gone, old = {}, {}
+  local CH = 2000
+  for i = 1, #due, CH do
+    local ks = {unpack(due, i, math.min(i + CH - 1, #due))}
+    local vs = redis.call('HMGET', data, unpack(ks))
+    for j = 1, #ks do
+      local e = vs[j] and expiry_of(vs[j])
+      if e and e <= now_b then
+        gone[#gone + 1] = ks[j]
+        old[#old + 1] = ks[j]
+        old[#old + 1] = vs[j]
+      end
+    end
+    redis.call('ZREM', ttl, unpack(ks))  -- gone, or its entry was stale
+  end
+  if #gone > 0 then
+    if has_batch then
+      -- a write of this batch: its rollback record (a fresh one: a replay rolled back the
+      -- last one above) holds the expired keys, so a replay of the batch restores them
+      local cur = redis.call('HMGET', meta, 'batch', 'undo_batch')
+      if tonumber(cur[1] or '-1') ~= batch or cur[2] ~= ARGV[1] then
+        local prev_pos = ''
+        if pos then prev_pos = '+' .. pos end
+        redis.call('UNLINK', undo, ttl_undo)
+        redis.call('HSET', meta, 'undo_batch', ARGV[1], 'prev_batch', cur[1] or '-1',
+          'prev_pos', prev_pos, 'batch', ARGV[1], 'undo_mode', 'fields', 'undo_n', '0')
+      end
+      for i = 1, #old, 2 * CH do
+        redis.call('HSET', undo, unpack(old, i, math.min(i + 2 * CH - 1, #old)))
+      end
+    end
+    for i = 1, #gone, CH do
+      redis.call('HDEL', data, unpack(gone, i, math.min(i + CH - 1, #gone)))
+    end
+    local newver = ver + 1
+    local nv = string.format('%d', newver)
+    local lv = redis.call('HMGET', meta, 'log_ver', 'log_n')
+    if tonumber(lv[1] or '-1') == ver then
+      local tag = ARGV[1]
+      if not has_batch then tag = '-1' end
+      redis.call('HSET', log, nv, cmsgpack.pack(gone), '#' .. nv, #gone, 'b' .. nv, tag)
+      redis.call('HSET', meta, 'log_ver', nv, 'log_n',
+        string.format('%d', tonumber(lv[2] or '0') + #gone))
+    end
+    ver = newver
+    expired = #gone
+  end
+end
+if has_batch then
+  redis.call('HSET', meta, 'now_batch', ARGV[1], 'now_ms', string.format('%d', now_b))
+end
+if event then redis.call('HSET', meta, 'time', 'event') end
 local size = redis.call('HLEN', data)
 redis.call('HSET', meta, 'layout', '1', 'epoch', string.format('%d', epoch), 'gen', gen,
   'ver', string.format('%d', ver), 'codec', ARGV[5], 'opened_at', ARGV[3],
@@ -195,4 +274,5 @@ end
 local has_pos = 0
 if pos then has_pos = 1 else pos = false end
 return {epoch, last, pos, has_pos, size,
-  gen .. ':' .. string.format('%d', ver), rolled, nrolled, 0}
+  gen .. ':' .. string.format('%d', ver), rolled, nrolled, 0, string.format('%d', now_b),
+  expired}

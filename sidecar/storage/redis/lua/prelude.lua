@@ -26,3 +26,33 @@ local function apply_record(hash, rec)
   end
   return ks
 end
+
+-- expiry_of(v): the expiry (epoch ms) of a stored value written with a time to live, or
+-- nil. An envelope is `~<expiry>:<version>~<JSON>` (taskstate/proto/envelope.py); JSON
+-- never starts with `~` (byte 126).
+local function expiry_of(v)
+  if string.byte(v, 1) ~= 126 then return nil end
+  return tonumber(string.match(v, '^~(%d+):'))
+end
+
+-- ttl_sync(ttl, kv, i, stop, known): keep a task's expiry index (a sorted set: key ->
+-- expiry) true for the key/value pairs kv[i..stop] just written ('' as a value: the key
+-- is gone). Keys with an expiry join the index at it; the others leave it (`known`: the
+-- index exists, so there may be something to remove). Returns whether it added any.
+local function ttl_sync(ttl, kv, i, stop, known)
+  local add, rem = {}, {}
+  for j = i, stop, 2 do
+    local v = kv[j + 1]
+    local e = nil
+    if v ~= '' then e = expiry_of(v) end
+    if e then
+      add[#add + 1] = e
+      add[#add + 1] = kv[j]
+    elseif known then
+      rem[#rem + 1] = kv[j]
+    end
+  end
+  if #add > 0 then redis.call('ZADD', ttl, unpack(add)) end
+  if #rem > 0 then redis.call('ZREM', ttl, unpack(rem)) end
+  return #add > 0
+end

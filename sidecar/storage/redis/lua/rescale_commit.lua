@@ -4,7 +4,8 @@
 -- committed batch, with the new partition count, a higher epoch (zombies stay fenced)
 -- and a change log that starts afresh (workers holding an older copy restore in full).
 -- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 stage, 6 stage_undo, 7 edits (dropped: the
---       data holds every edit already)
+--       data holds every edit already), 8 ttl, 9 ttl_undo (the expiry index, made anew
+--       from the values the target takes)
 -- ARGV: 1 the rescale's lock, 2 partition count, 3 committed batch, 4 the batch before
 --       it ('': no rollback record, a replay of the batch is refused), 5 generation,
 --       6 now, 7 codec
@@ -26,7 +27,13 @@ if ARGV[4] ~= '' and redis.call('EXISTS', stage_undo) == 1 then
 else
   redis.call('UNLINK', undo, stage_undo)
 end
-redis.call('UNLINK', log, KEYS[7])
+redis.call('UNLINK', log, KEYS[7], KEYS[8], KEYS[9])
+local cursor = '0'
+repeat  -- the expiry index of the keys this target takes (their envelopes carry it)
+  local page = redis.call('HSCAN', data, cursor, 'COUNT', 1000)
+  cursor = page[1]
+  ttl_sync(KEYS[8], page[2], 1, #page[2], false)
+until cursor == '0'
 redis.call('DEL', meta)
 local size = redis.call('HLEN', data)
 redis.call('HSET', meta, 'layout', '1', 'epoch', string.format('%d', epoch), 'gen', ARGV[5],

@@ -4,7 +4,8 @@
 -- replace theirs). Either way the metadata starts a new generation at the write's batch
 -- with the partition count, a higher epoch (an attempt from before is fenced), a change
 -- log that starts afresh and no rollback record (a replay of that batch is refused).
--- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 seed:<id>:stage, 6 edits
+-- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 seed:<id>:stage, 6 edits, 7 ttl, 8 ttl_undo (the
+--       expiry index: written keys have none, so they leave it)
 -- ARGV: 1 the write's lock, 2 partition count, 3 batch, 4 generation, 5 now, 6 codec,
 --       7 'overwrite' | 'append'
 -- Returns {1 written now | 0 written before by this write, keys}.
@@ -23,14 +24,18 @@ if ARGV[7] == 'overwrite' or m[4] then
   else
     redis.call('UNLINK', data)
   end
+  redis.call('UNLINK', KEYS[7])
 elseif redis.call('EXISTS', stage) == 1 then
   local CH = 2000
   local kv = redis.call('HGETALL', stage)
   for i = 1, #kv, 2 * CH do
-    redis.call('HSET', data, unpack(kv, i, math.min(i + 2 * CH - 1, #kv)))
+    local stop = math.min(i + 2 * CH - 1, #kv)
+    redis.call('HSET', data, unpack(kv, i, stop))
+    ttl_sync(KEYS[7], kv, i, stop, true)
   end
   redis.call('UNLINK', stage)
 end
+redis.call('UNLINK', KEYS[8])
 redis.call('UNLINK', undo, log, edits)
 redis.call('DEL', meta)
 local size = redis.call('HLEN', data)
