@@ -149,7 +149,7 @@ def test_the_probe_runs_where_taskstate_cannot_be_imported(tmp_path: Any) -> Non
     from pyspark import cloudpickle
 
     blob = tmp_path / "probe.pickle"
-    blob.write_bytes(cloudpickle.dumps(_task_probe))
+    blob.write_bytes(cloudpickle.dumps(_task_probe))  # type: ignore[no-untyped-call]
     code = "import pickle,sys; print(pickle.loads(open(sys.argv[1],'rb').read())(None))"
     env = {**os.environ, "PYTHONPATH": sysconfig.get_paths()["purelib"]}
     r = subprocess.run(
