@@ -212,3 +212,21 @@ def test_task_report_resolves_as_a_task_would(
 
     monkeypatch.setattr(pyspark.TaskContext, "get", lambda: LocalContext(0))
     assert "no namespace" in task_report()["config"]
+
+
+def test_spark_package_prints_the_connect_servers_flags(tmp_path: Any) -> None:
+    """No --py-files for a Connect server (its sessions' workers do not see them); the
+    plugin, its Redis and speculation off, as for spark-submit."""
+    from taskstate.spark_plugin.package import connect_python_notes, connect_server_flags
+
+    flags = connect_server_flags(tmp_path, "redis://r:6379/0", None)
+    assert flags == [
+        f"--jars {tmp_path / 'taskstate-plugin.jar'}",
+        f"--conf spark.plugins={PLUGIN_CLASS}",
+        "--conf spark.taskstate.redisUrl=redis://r:6379/0",
+        "--conf spark.speculation=false",
+    ]
+    packed = connect_server_flags(tmp_path, "redis://r:6379/0", tmp_path / "env.tar.gz")
+    assert f"--archives {tmp_path / 'env.tar.gz'}#taskstate-env" in packed
+    notes = " ".join(connect_python_notes(tmp_path))
+    assert "spark.addArtifacts" in notes and "foreachBatch" in notes
