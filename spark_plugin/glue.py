@@ -59,7 +59,13 @@ def configure(
         grpc_target(sidecar)
     if is_connect(spark):
         configure_connect(spark, namespace, sidecar, check)
-        return
+    else:
+        _configure_classic(spark, namespace, sidecar)
+    # what both kinds of session get alike (session-level registrations) goes here
+
+
+def _configure_classic(spark: Any, namespace: str, sidecar: str | None) -> None:
+    """Local properties of the calling thread (a classic session has a SparkContext)."""
     conf = spark.sparkContext.getConf()
     if conf.get("spark.speculation", "false").strip().lower() == "true":
         raise ConfigError(SPECULATION)
