@@ -5,8 +5,11 @@ spark_plugin/package.py). Without javac or pyspark there (pip's isolated builds 
 neither) the wheel is built without the jar, with a warning, and `taskstate
 spark-package` compiles it on the user's machine instead. Release builds set
 TASKSTATE_REQUIRE_JAR=1 and build with `pip wheel --no-build-isolation` in an environment
-that has both:
+that has both (README, "Install"); without isolation the build uses that environment's
+setuptools, which must read pyproject's `license = "Apache-2.0"` (PEP 639: 77 or later;
+a fresh Python 3.11 venv has 65.5):
 
+    pip install 'setuptools>=77'
     TASKSTATE_REQUIRE_JAR=1 pip wheel . --no-deps --no-build-isolation -w dist/
 """
 
@@ -17,10 +20,22 @@ import os
 import sys
 from pathlib import Path
 
+import setuptools
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
+SETUPTOOLS_NEEDED = 77  # pyproject.toml's build-system.requires; PEP 639 license strings
+
+if int(setuptools.__version__.split(".")[0]) < SETUPTOOLS_NEEDED:
+    # reached only without build isolation (pip wheel --no-build-isolation): say which
+    # step is missing instead of setuptools' "invalid pyproject.toml config: project.license"
+    raise SystemExit(
+        f"taskstate: building needs setuptools>={SETUPTOOLS_NEEDED} (pyproject.toml's "
+        f'license = "Apache-2.0", PEP 639); this environment has setuptools '
+        f"{setuptools.__version__}. Run pip install 'setuptools>={SETUPTOOLS_NEEDED}' "
+        "first: --no-build-isolation builds with this environment's setuptools."
+    )
 
 
 class BuildPyWithPluginJar(build_py):

@@ -37,6 +37,7 @@ FIGURES = {
     "memory": "memory",
     "groups": "groups",
     "rescale": "rescale",
+    "datasource": "datasource",
 }
 
 

@@ -11,10 +11,13 @@
     taskstate doctor [--durability LEVEL] [--json]                    (checks.py)
     taskstate health [--live]          (for Kubernetes exec probes)   (checks.py)
 
+A command that names a namespace first finishes or undoes the namespace's writes of the
+data source whose job died (their lease ran out), and says which on stderr.
 Every command talks to a sidecar through `taskstate.client.admin.AdminClient`
-(`--sidecar`, else $TASKSTATE_SIDECAR, else the default socket), which holds the Redis
-credentials; with `--redis-url` it starts a private one for the call (private.py), for
-operators whose jobs' sidecars are gone. Nothing here claims a task: `show` and `export`
+(`--sidecar`, else $TASKSTATE_SIDECAR, else the default socket, else the one executor
+plugin sidecar running here: target.py), which holds the Redis credentials; with
+`--redis-url` it starts a private one for the call (private.py), for operators whose
+jobs' sidecars are gone. Nothing here claims a task: `show` and `export`
 read the committed state as the next attempt would restore it, and read again when a
 commit lands mid-read. Tables are for people, `--json` for scripts. Exit status: 0 ok,
 1 a problem (named on stderr), 2 a usage error.
@@ -27,8 +30,9 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import IO
 
-from taskstate.client import DEFAULT_SIDECAR, TaskStateError
+from taskstate.client import DEFAULT_SIDECAR, SidecarUnavailableError, TaskStateError
 from taskstate.client.admin import AdminClient
+from taskstate.proto import ids
 
 from .checks import cmd_doctor, cmd_health
 from .common import UsageError
@@ -38,9 +42,8 @@ from .private import PrivateSidecarError, private_sidecar
 from .rescale import add_arguments as rescale_arguments
 from .rescale import cmd_rescale
 from .state import cmd_adopt, cmd_drop, cmd_ls, cmd_show
+from .target import ENV_SIDECAR, choose_sidecar, unreachable_hint
 from .transfer import cmd_export, cmd_import
-
-ENV_SIDECAR = "TASKSTATE_SIDECAR"
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, AdminClient, IO[str]], int]] = {
     "ls": cmd_ls,
@@ -64,9 +67,38 @@ def _count_or_none(text: str) -> str:
     raise argparse.ArgumentTypeError(f"{text!r} is not a partition count (N >= 1, or none)")
 
 
+DESCRIPTIONS = {
+    "ls": "Without NAMESPACE: the namespaces that have stored state. With "
+    "NAMESPACE[/COMPONENT]: its tasks, each with its committed batch, keys, recorded "
+    "partition count, epoch, rollbacks, last update and last writer.",
+    "show": "A task's metadata and committed state: exactly what the task's next attempt "
+    "restores. Claims nothing; reads again when a commit lands mid-read.",
+    "export": "The committed state of a namespace (or of one component) as JSON lines, with "
+    "each component's partition count, for taskstate import. Progress on stderr.",
+    "import": "Create the tasks of an export, with their partition counts. A task that has "
+    "state is refused unless --replace, and so is a count that differs from the "
+    "component's.",
+    "drop": "Delete the stored state of a namespace, a component or one task (with --yes).",
+    "adopt": "Record that a namespace's query goes on from the batch it runs next with the "
+    "state Redis holds: accepts a loss (StateLostError) on purpose, or adds taskstate to a "
+    "query past its batch 0.",
+    "rescale": "Move a component's keys to the partitions Spark gives them under another "
+    "partition count (the query stopped). Run again after an interruption to finish.",
+    "set": "Set one key of a task's live state; the job sees it from its next batch on.",
+    "del": "Delete one key of a task's live state; the job sees it from its next batch on.",
+    "erase": "Delete one key from every task of a component (an erasure request).",
+    "doctor": "Check that taskstate can work here: the sidecar answers and reaches Redis, "
+    "Redis keeps its data on disk and evicts no task state, and the durability your jobs "
+    "ask for is possible. Each failed check names the problem and the fix; exit status 1 "
+    "when one fails.",
+    "health": "The sidecar's gRPC health, for Kubernetes exec probes: exit status 0 when it "
+    "is SERVING (with --live: when it answers at all), else 1.",
+}
+
+
 def build_parser(command: str) -> argparse.ArgumentParser:
     """The parser of one operator command."""
-    p = argparse.ArgumentParser(prog=f"taskstate {command}")
+    p = argparse.ArgumentParser(prog=f"taskstate {command}", description=DESCRIPTIONS[command])
     p.add_argument(
         "--sidecar",
         default=None,
@@ -79,7 +111,7 @@ def build_parser(command: str) -> argparse.ArgumentParser:
             metavar="URL",
             help="ask this Redis through a private sidecar started for the call, instead "
             "of a running one (the password from $TASKSTATE_REDIS_PASSWORD or "
-            "$TASKSTATE_REDIS_PASSWORD_FILE, as for `taskstate sidecar`)",
+            "$TASKSTATE_REDIS_PASSWORD_FILE, as for taskstate sidecar)",
         )
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per call (default 60)")
     p.add_argument(
@@ -96,13 +128,14 @@ def build_parser(command: str) -> argparse.ArgumentParser:
         p.add_argument("task", metavar="NAMESPACE/COMPONENT/PARTITION", help="the task to show")
         p.add_argument("--keys", default="", metavar="PATTERN", help="only keys matching this glob")
         p.add_argument("--json", action="store_true", help="JSON for scripts, not a table")
-        p.add_argument("--width", type=int, default=120, help="truncate values wider than this")
+        p.add_argument("--width", type=int, default=120,
+                       help="truncate values wider than this (default 120)")  # fmt: skip
     elif command == "export":
         p.add_argument("scope", metavar="NAMESPACE[/COMPONENT]", help="what to export")
         p.add_argument("--out", metavar="FILE", help="write JSON lines here (default: stdout)")
     elif command == "import":
         p.add_argument(
-            "file", metavar="FILE", help="JSON lines from `taskstate export` (- for stdin)"
+            "file", metavar="FILE", help="JSON lines from taskstate export (- for stdin)"
         )
         p.add_argument("--replace", action="store_true", help="replace tasks that have state")
         p.add_argument(
@@ -144,13 +177,20 @@ def main(command: str, argv: Sequence[str], out: IO[str] | None = None) -> int:
                 raise UsageError("--sidecar and --redis-url: give one or the other")
             with private_sidecar(a.redis_url, need_redis=command != "doctor") as target:
                 return _run(command, a, target, out)
-        return _run(command, a, a.sidecar, out)
+        # a health probe asks the sidecar it names (or the default), never another one
+        sidecar = choose_sidecar(command, a.sidecar, discover=command != "health")
+        return _run(command, a, sidecar, out)
     except UsageError as exc:
         print(f"taskstate {command}: {exc}", file=sys.stderr)
         return 2
+    except SidecarUnavailableError as exc:
+        print(f"taskstate {command}: {exc}: {unreachable_hint(command)}.", file=sys.stderr)
+        return 1
     except TaskStateError as exc:
         print(f"taskstate {command}: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:
+        raise  # the reader of stdout went away: main() ends quietly
     except (OSError, PrivateSidecarError) as exc:
         print(f"taskstate {command}: {exc}", file=sys.stderr)
         return 1
@@ -158,4 +198,18 @@ def main(command: str, argv: Sequence[str], out: IO[str] | None = None) -> int:
 
 def _run(command: str, a: argparse.Namespace, sidecar: str | None, out: IO[str]) -> int:
     with AdminClient(sidecar, timeout_s=a.timeout, token_file=a.token_file) as admin:
+        namespace = _namespace_of(a)
+        if namespace is not None:
+            # a write of the data source whose job died is finished or undone first
+            for note in admin.settle(namespace):
+                print(f"taskstate {command}: {note}", file=sys.stderr)
         return COMMANDS[command](a, admin, out)
+
+
+def _namespace_of(a: argparse.Namespace) -> str | None:
+    """The namespace a command names (None: none, or not a valid name: it says so itself)."""
+    text = getattr(a, "scope", None) or getattr(a, "task", None) or getattr(a, "namespace", None)
+    if not text:
+        return None
+    namespace = str(text).split("/")[0]
+    return None if ids.name_problem("namespace", namespace) else namespace

@@ -11,6 +11,7 @@ from taskstate.client import SidecarUnavailableError, TaskStateError
 from taskstate.client.admin import AdminClient
 
 from .common import dump, table
+from .target import unreachable_hint
 
 
 def cmd_doctor(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
@@ -26,9 +27,8 @@ def cmd_doctor(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
                        "NOT_SERVING: the sidecar cannot reach Redis; see its log"})  # fmt: skip
     except SidecarUnavailableError as exc:
         checks.append({"name": "sidecar reachable", "ok": False, "detail":
-                       f"{exc}. Start the sidecar (`taskstate sidecar --redis-url ... --listen "
-                       f"{admin.sidecar}`) or pass --sidecar / set TASKSTATE_SIDECAR to where "
-                       "it listens."})  # fmt: skip
+                       f"{exc}. Start one (taskstate sidecar --redis-url URL --listen "
+                       f"{admin.sidecar}), or {unreachable_hint('doctor')}."})  # fmt: skip
     if checks[0]["ok"]:
         try:
             r = admin.doctor(a.durability)
@@ -69,7 +69,7 @@ def cmd_health(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
     try:
         status = admin.health()
     except SidecarUnavailableError as exc:
-        print(f"taskstate health: {exc}", file=sys.stderr)
+        print(f"taskstate health: {exc}: {unreachable_hint('health')}.", file=sys.stderr)
         return 1
     out.write(status + "\n")
     return 0 if a.live or status == "SERVING" else 1

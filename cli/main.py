@@ -1,23 +1,26 @@
-"""`taskstate` — one command, several subcommands.
+"""taskstate: one command, several subcommands.
 
-- `taskstate sidecar --redis-url URL --listen unix:///PATH`: run the sidecar.
-- `taskstate demo [...]`: trending hashtags golden, under faults with taskstate and with a
-  plain dict, on a private redis-server and sidecar (needs `taskstate[spark,demo]`).
-- `taskstate example [...]`: run the end-to-end Spark example with a private Redis and
-  sidecar (needs `taskstate[spark]`).
-- `taskstate spark-package --out DIR`: the plugin jar and py-files zip for spark-submit.
-- `taskstate ls | show | export | import | drop | adopt | doctor | health`: see inside
+- taskstate sidecar --redis-url URL --listen unix:///PATH: run the sidecar.
+- taskstate demo [...]: trending hashtags golden, under faults with taskstate and with a
+  plain dict, on a private redis-server and sidecar (needs taskstate[spark,demo]).
+- taskstate example [...]: run the end-to-end Spark example with a private Redis and
+  sidecar (needs taskstate[spark]).
+- taskstate spark-package --out DIR: the plugin jar and py-files zip for spark-submit.
+- taskstate ls | show | export | import | drop | adopt | doctor | health: see inside
   the stored state, move it, drop it, adopt a namespace whose state was lost or that
-  starts past batch 0, check the setup; `taskstate COMMAND --help` for each.
-- `taskstate rescale NS/COMPONENT --to N`: move a component's keys to the partitions
+  starts past batch 0, check the setup.
+- taskstate rescale NS/COMPONENT --to N: move a component's keys to the partitions
   Spark gives them for N (after a change of partition count).
-- `taskstate set NS/C/P KEY JSON | del NS/C/P KEY | erase NS/C KEY`: edit live state (a
+- taskstate set NS/C/P KEY JSON | del NS/C/P KEY | erase NS/C KEY: edit live state (a
   poisoned key, an erasure request); the job sees it from its next batch on.
+
+taskstate COMMAND --help describes each command and its options.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -38,8 +41,22 @@ ADMIN_COMMANDS = (
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Dispatch to a subcommand."""
-    args = list(sys.argv[1:] if argv is None else argv)
+    """Dispatch to a subcommand; its exit status."""
+    try:
+        status = dispatch(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()  # here, where a closed pipe can still be told apart
+        return status
+    except BrokenPipeError:
+        # The reader went away (taskstate show ... | head): no "[Errno 32] Broken pipe",
+        # no traceback at exit. Python's documented way: point stdout at devnull, so that
+        # the interpreter's last flush does not fail again, and exit 1.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+
+
+def dispatch(args: list[str]) -> int:
+    """Run the subcommand `args` names."""
     parser = argparse.ArgumentParser(
         prog="taskstate",
         description=__doc__,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 from taskstate.client.admin import AdminClient
@@ -13,9 +13,14 @@ from taskstate.client.admin import AdminClient
 from .common import UsageError, decode, dump, info_dict, parse_scope, parse_task, table, when
 
 
-def reading_again(fq: str) -> None:
-    """What a read says when a commit landed mid-read and it reads again."""
-    print(f"taskstate: {fq} changed while it was read; reading again", file=sys.stderr)
+def reading_again(command: str) -> Callable[[str], None]:
+    """What `command` says when a commit landed mid-read of a task and it reads again."""
+
+    def say(fq: str) -> None:
+        print(f"taskstate {command}: {fq} changed while it was read; reading again",
+              file=sys.stderr)  # fmt: skip
+
+    return say
 
 
 def cmd_ls(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
@@ -54,9 +59,9 @@ def cmd_show(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
     fq = a.task
     info = info_dict(admin.describe(task))
     if not info["exists"]:
-        print(f"taskstate: task {fq}: no state stored", file=sys.stderr)
+        print(f"taskstate show: task {fq}: no state stored", file=sys.stderr)
         return 1
-    data, version = admin.read(task, a.keys or "", on_reread=reading_again)
+    data, version = admin.read(task, a.keys or "", on_reread=reading_again("show"))
     state = {}
     for k in sorted(data):
         kind, v = decode(data[k])

@@ -46,7 +46,7 @@ def cmd_export(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
     try:
         for i, t in enumerate(tasks, 1):
             fq = ids.fq_task_id(t.task.namespace, t.task.component, t.task.partition)
-            data, version = admin.read(t.task, on_reread=reading_again)
+            data, version = admin.read(t.task, on_reread=reading_again("export"))
             head = {"type": "task", **info_dict(t), "version": version, "keys": len(data)}
             target.write(orjson.dumps(head).decode() + "\n")
             for k in sorted(data):

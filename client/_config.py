@@ -31,6 +31,9 @@ ENV_LOAD = "TASKSTATE_LOAD"
 LOADS = ("on-demand", "eager")
 ENV_RUN_DIR = "TASKSTATE_RUN_DIR"
 DEFAULT_RUN_DIR = "/tmp/taskstate-run"  # noqa: S108 - the plugin's socket rendezvous
+# the plugin's flush barrier listens on RUN_DIR/jvm-<pid>.barrier.sock, beside the sidecar's
+# RUN_DIR/jvm-<pid>.sock: never a sidecar
+BARRIER_SUFFIX = ".barrier.sock"
 _found: dict[int, str] = {}  # pid -> plugin sidecar found by this process
 MODES = ("mirror", "remote")
 CODECS = ("json",)
@@ -108,6 +111,12 @@ def grpc_target(spec: str) -> str:
         path = spec[len("unix://") :]
         if not path.startswith("/"):
             raise ConfigError(f"sidecar {spec!r}: use an absolute path, unix:///run/x.sock")
+        if path.endswith(BARRIER_SUFFIX):
+            raise ConfigError(
+                f"sidecar {spec!r} is the executor plugin's flush barrier socket, not a "
+                f"sidecar: its executor's sidecar is unix://{path.removesuffix(BARRIER_SUFFIX)}"
+                ".sock"
+            )
         return f"unix:{path}"
     if spec.startswith("unix:"):
         return spec

@@ -23,7 +23,13 @@ from taskstate.proto import codes
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 
-from ._errors import ERROR_BY_CODE, LimitError, SidecarUnavailableError, TaskStateError
+from ._errors import (
+    ERROR_BY_CODE,
+    ConfigError,
+    LimitError,
+    SidecarUnavailableError,
+    TaskStateError,
+)
 from ._security import SidecarSecurity
 
 _PLAIN = SidecarSecurity()
@@ -66,6 +72,9 @@ def _stub(
         return entry[1]
 
 
+NOT_GRPC = "Failed parsing HTTP/2"  # what gRPC says of a socket that answers something else
+
+
 def translate(exc: grpc.RpcError, task: str | None, target: str) -> TaskStateError:
     """Turn a gRPC failure into the matching TaskStateError (once, here)."""
     call: Any = exc
@@ -78,6 +87,12 @@ def translate(exc: grpc.RpcError, task: str | None, target: str) -> TaskStateErr
     if ts_code in ERROR_BY_CODE:
         return ERROR_BY_CODE[ts_code](details or ts_code, task)
     where = f"task {task}: " if task else ""
+    if NOT_GRPC in (details or ""):
+        return ConfigError(
+            f"{where}{target} is not a taskstate sidecar (it does not speak gRPC: "
+            f"{details}); point at the sidecar's --listen address",
+            task,
+        )
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return LimitError(
             f"{where}the request was refused as too large ({details}). Commit more often, "

@@ -19,8 +19,11 @@ from __future__ import annotations
 
 import os
 import random
+import re
+import stat
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -32,11 +35,12 @@ from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 from taskstate.proto.durability import Durability
 
 from ._codec import CODECS
-from ._config import DEFAULT_SIDECAR, ENV_SIDECAR, grpc_target
-from ._errors import ConfigError, SidecarUnavailableError, StateChangedError
+from ._config import DEFAULT_RUN_DIR, DEFAULT_SIDECAR, ENV_RUN_DIR, ENV_SIDECAR, grpc_target
+from ._errors import ConfigError, SidecarUnavailableError, StateChangedError, TaskStateError
 from ._security import SidecarSecurity
 from ._transport import translate
 
+_PLUGIN_SOCKET = re.compile(r"jvm-(\d+)\.sock")
 READ_ATTEMPTS = 8  # with jittered, doubling pauses: about 4 s at most
 MAX_MESSAGE_BYTES = 256 << 20
 
@@ -58,8 +62,42 @@ def task_id(text: str) -> pb.TaskId:
     return pb.TaskId(namespace=parts[0], component=parts[1], partition=int(parts[2]))
 
 
+def plugin_sidecars(run_dir: str | None = None) -> list[str]:
+    """The sidecars the executor plugin runs on this machine, as `unix://` addresses.
+
+    The plugin's sidecar of executor JVM `pid` listens on `RUN_DIR/jvm-<pid>.sock`
+    (`$TASKSTATE_RUN_DIR`, else /tmp/taskstate-run); a socket whose JVM is gone is left
+    out, and so is each executor's flush barrier socket (`jvm-<pid>.barrier.sock`).
+    """
+    folder = Path(run_dir or os.environ.get(ENV_RUN_DIR) or DEFAULT_RUN_DIR)
+    found = []
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return []
+    for name in names:
+        m = _PLUGIN_SOCKET.fullmatch(name)
+        try:
+            if m is None or not stat.S_ISSOCK((folder / name).lstat().st_mode):
+                continue
+        except OSError:
+            continue  # removed meanwhile
+        try:
+            os.kill(int(m.group(1)), 0)
+        except ProcessLookupError:
+            continue  # its executor is gone (killed: nothing removed the socket)
+        except PermissionError:
+            pass  # another user's JVM: alive
+        found.append(f"unix://{folder / name}")
+    return found
+
+
 def _fq(task: pb.TaskId) -> str:
     return ids.fq_task_id(task.namespace, task.component, task.partition)
+
+
+def _scope(request: Any) -> str:
+    return f"{request.namespace}/{request.component}"
 
 
 class AdminClient:
@@ -107,7 +145,18 @@ class AdminClient:
         try:
             return getattr(self._stub, method)(request, timeout=self.timeout_s)
         except grpc.RpcError as exc:
-            raise translate(exc, task, self.sidecar) from None
+            raise self._error(exc, task) from None
+
+    def _error(self, exc: grpc.RpcError, task: str | None = None) -> TaskStateError:
+        """translate(), but an unreachable sidecar is not one "beside this executor"."""
+        err = translate(exc, task, self.sidecar)
+        if type(err) is SidecarUnavailableError:
+            code = exc.code().name if hasattr(exc, "code") else "UNAVAILABLE"
+            details = exc.details() if hasattr(exc, "details") else str(exc)
+            return SidecarUnavailableError(
+                f"no sidecar answers at {self.sidecar} ({code}: {details})", task
+            )
+        return err
 
     # -- the sidecar itself ------------------------------------------------------------
 
@@ -121,8 +170,7 @@ class AdminClient:
                 health_pb2.HealthCheckRequest(service=""), timeout=timeout_s or self.timeout_s
             )
         except grpc.RpcError as exc:
-            code = exc.code().name if hasattr(exc, "code") else "UNAVAILABLE"
-            raise SidecarUnavailableError(f"no answer at {self.sidecar} ({code})") from None
+            raise self._error(exc) from None
         return str(health_pb2.HealthCheckResponse.ServingStatus.Name(r.status))
 
     def doctor(self, durability: Durability | str = "applied") -> pb.DoctorResponse:
@@ -173,25 +221,41 @@ class AdminClient:
             out: dict[str, bytes] = {}
             version = ""
             try:
-                for chunk in self._stub.Read(
-                    pb.ReadRequest(task=task, pattern=pattern), timeout=self.timeout_s
-                ):
+                for chunk in self.read_chunks(pb.ReadRequest(task=task, pattern=pattern)):
                     for e in chunk.entries:
                         out[e.key] = e.value
                     if chunk.last:
                         version = chunk.version
                 return out, version
-            except grpc.RpcError as exc:
-                err = translate(exc, fq, self.sidecar)
-                if not isinstance(err, StateChangedError) or attempt == READ_ATTEMPTS - 1:
-                    raise err from None
-                self.rereads += 1
-                if on_reread is not None:
-                    on_reread(fq)
-                # jittered, so that a read does not keep phase with a job committing at a
-                # steady pace (S311: timing, not security)
-                time.sleep(min(1.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.5))  # noqa: S311
+            except StateChangedError:
+                if attempt == READ_ATTEMPTS - 1:
+                    raise
+                self.read_again(attempt, fq, on_reread)
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def read_chunks(self, request: pb.ReadRequest) -> Iterator[pb.RestoreChunk]:
+        """The chunks of one Read as they arrive (no deadline: a large state takes a while).
+
+        One version, or StateChangedError at the end when a commit landed meanwhile: the
+        caller keeps what it got apart until the last chunk (`last`: version and batch).
+        """
+        try:
+            yield from self._stub.Read(request)
+        except grpc.RpcError as exc:
+            raise self._error(exc, _fq(request.task)) from None
+
+    def read_again(
+        self, attempt: int, fq: str, on_reread: Callable[[str], None] | None = None
+    ) -> None:
+        """Count a read started again after StateChangedError, and pause before it.
+
+        Jittered and doubling, so that a read does not keep phase with a job committing
+        at a steady pace.
+        """
+        self.rereads += 1
+        if on_reread is not None:
+            on_reread(fq)
+        time.sleep(min(1.0, 0.05 * 2**attempt) * random.uniform(0.5, 1.5))  # noqa: S311 - timing
 
     # -- changing stored state ---------------------------------------------------------
 
@@ -229,7 +293,7 @@ class AdminClient:
         try:
             yield from self._stub.Rescale(req)  # no deadline: a large state takes a while
         except grpc.RpcError as exc:
-            raise translate(exc, f"{namespace}/{component}", self.sidecar) from None
+            raise self._error(exc, f"{namespace}/{component}") from None
 
     def set(self, task: pb.TaskId | str, key: str, value: Any) -> pb.EditResponse:
         """Set one key of a task to a JSON value; the job sees it from its next batch."""
@@ -250,6 +314,32 @@ class AdminClient:
         """Delete a key from every task of a component (an erasure request)."""
         req = pb.EditRequest(namespace=namespace, component=component, key=key, delete=True)
         return self._edit(req, f"{namespace}/{component}")
+
+    # -- writes of the data source (sidecar/storage/redis/seed.py) ----------------------
+
+    def seed_begin(self, request: pb.SeedBeginRequest) -> pb.SeedBeginResponse:
+        """Begin a write: the component is held until `seed_commit` or `seed_abort`."""
+        r: pb.SeedBeginResponse = self._call("SeedBegin", request, _scope(request))
+        return r
+
+    def seed_stage(self, request: pb.SeedStageRequest) -> int:
+        """Stage one page of a Spark task's keys; how many."""
+        return int(self._call("SeedStage", request, _scope(request)).keys)
+
+    def seed_commit(self, request: pb.SeedCommitRequest) -> pb.SeedCommitResponse:
+        """Make the write visible, all at once."""
+        r: pb.SeedCommitResponse = self._call("SeedCommit", request, _scope(request))
+        return r
+
+    def seed_abort(self, namespace: str, component: str, seed_id: str) -> bool:
+        """Undo a write; False when it was no longer under way."""
+        req = pb.SeedAbortRequest(namespace=namespace, component=component, seed_id=seed_id)
+        return bool(self._call("SeedAbort", req, f"{namespace}/{component}").undone)
+
+    def settle(self, namespace: str, component: str | None = None) -> list[str]:
+        """Finish or undo abandoned writes of the namespace; what was done, one line each."""
+        req = pb.SettleRequest(namespace=namespace, component=component or "")
+        return list(self._call("Settle", req, namespace).settled)
 
     def _edit(self, request: pb.EditRequest, what: str) -> pb.EditResponse:
         r: pb.EditResponse = self._call("Edit", request, what)

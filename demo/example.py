@@ -297,29 +297,36 @@ def _print_tables(results: list[RunResult], golden: dict[str, Any], truth: dict[
 
 def build_parser() -> argparse.ArgumentParser:
     """The example's options (also used by the tests to build a Runner)."""
-    p = argparse.ArgumentParser(prog="taskstate example", description=__doc__.split("\n\n")[0])
-    p.add_argument("--batches", type=int, default=6, help="micro-batches per run (6)")
-    p.add_argument("--events-per-batch", type=int, default=400, help="events per batch (400)")
-    p.add_argument("--keys", type=int, default=40, help="distinct keys the events count (40)")
-    p.add_argument("--partitions", type=int, default=4, help="stateful tasks (4)")
-    p.add_argument("--fault-batch", type=int, default=3, help="the batch in which faults strike")
-    p.add_argument("--master", default="local[2,4]", help="Spark master (retries enabled)")
-    p.add_argument(
-        "--api", default="mapInPandas", choices=APIS, help="which Spark API runs the stateful step"
-    )
+    about = __doc__.split("\n\n")[0].replace("`", "")
+    p = argparse.ArgumentParser(prog="taskstate example", description=about)
+    p.add_argument("--batches", type=int, default=6,
+                   help="micro-batches per run (default %(default)s)")  # fmt: skip
+    p.add_argument("--events-per-batch", type=int, default=400,
+                   help="events per batch (default %(default)s)")  # fmt: skip
+    p.add_argument("--keys", type=int, default=40,
+                   help="distinct keys the events count (default %(default)s)")  # fmt: skip
+    p.add_argument("--partitions", type=int, default=4,
+                   help="stateful tasks (default %(default)s)")  # fmt: skip
+    p.add_argument("--fault-batch", type=int, default=3,
+                   help="the batch in which faults strike (default %(default)s)")  # fmt: skip
+    p.add_argument("--master", default="local[2,4]",
+                   help="Spark master, with retries (default %(default)s)")  # fmt: skip
+    p.add_argument("--api", default="mapInPandas", choices=APIS,
+                   help="which Spark API runs the stateful step (default %(default)s)")  # fmt: skip
     p.add_argument(
         "--plugin-jar",
         default="",
         help="the executor plugin jar (taskstate spark-package): enables the "
-        "executor-kill fault, run under local-cluster[2,1,1024]",
+        "executor-kill fault, run under local-cluster[2,1,1024] (default: none)",
     )
-    p.add_argument("--redis-url", help="use this Redis instead of a private redis-server")
-    p.add_argument("--out", help="work directory (default: a new temp directory)")
+    p.add_argument("--redis-url", help="use this Redis instead of a private redis-server "
+                   "(default: a private one, gone at the end)")  # fmt: skip
+    p.add_argument("--out", help="work directory (default: a new temporary directory)")
     p.add_argument(
         "--scenarios",
         default="all",
         help="comma-separated: golden, worker-killed, query-restarted, "
-        "plain-dict-worker-killed, or all",
+        "plain-dict-worker-killed, or all (default %(default)s)",
     )
     # one run of the query (used by the orchestrator and the tests)
     p.add_argument("--query", action="store_true", help=argparse.SUPPRESS)
@@ -350,7 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return orchestrate(ns)
     except KeyboardInterrupt:
-        print("interrupted: stopped every process this example started", file=sys.stderr)
+        print("taskstate example: interrupted; stopped every process it started", file=sys.stderr)
         return 130
 
 

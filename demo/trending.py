@@ -641,7 +641,8 @@ def orchestrate(a: argparse.Namespace) -> int:
         ok = summary_runs[1]["identical"]
         return 0 if ok else 1
     except KeyboardInterrupt:
-        print("\ninterrupted: stopping every process the demo started ...", file=sys.stderr)
+        print("\ntaskstate demo: interrupted; stopping every process it started ...",
+              file=sys.stderr)  # fmt: skip
         return 130
     finally:
         demo.stop_all()
@@ -649,26 +650,32 @@ def orchestrate(a: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The demo's options."""
-    p = argparse.ArgumentParser(prog="taskstate demo", description=__doc__.split("\n\n")[0])
-    p.add_argument("--batches", type=int, default=12, help="micro-batches (30 s of tweets each)")
+    about = __doc__.split("\n\n")[0].replace("`", "")
+    p = argparse.ArgumentParser(prog="taskstate demo", description=about)
+    p.add_argument("--batches", type=int, default=12,
+                   help="micro-batches, 30 s of tweets each (default %(default)s)")  # fmt: skip
     p.add_argument(
         "--faults",
         default="all",
         choices=FAULTS,
-        help="which faults strike the taskstate and plain-dict runs (default: all, in turn: "
-        "Python worker SIGKILL, sidecar SIGKILL, whole query SIGKILL and restart)",
+        help="which faults strike the taskstate and plain-dict runs (default %(default)s: in "
+        "turn, Python worker SIGKILL, sidecar SIGKILL, whole query SIGKILL and restart)",
     )
-    p.add_argument("--out", help="work directory for runs, chart and summary (default: temp)")
-    p.add_argument("--redis-url", help="use this Redis instead of a private redis-server")
-    p.add_argument("--tweets-per-batch", type=int, default=1200, help="tweets per micro-batch")
-    p.add_argument(
-        "--buckets-per-batch", type=int, default=6, help="5-second EWMA buckets per micro-batch"
-    )
-    p.add_argument("--partitions", type=int, default=4, help="stateful tasks (hash partitions)")
+    p.add_argument("--out", help="work directory for runs, chart and summary (default: a new "
+                   "temporary directory)")  # fmt: skip
+    p.add_argument("--redis-url", help="use this Redis instead of a private redis-server "
+                   "(default: a private one, gone at the end)")  # fmt: skip
+    p.add_argument("--tweets-per-batch", type=int, default=1200,
+                   help="tweets per micro-batch (default %(default)s)")  # fmt: skip
+    p.add_argument("--buckets-per-batch", type=int, default=6,
+                   help="5-second EWMA buckets per micro-batch (default %(default)s)")  # fmt: skip
+    p.add_argument("--partitions", type=int, default=4,
+                   help="stateful tasks, hash partitions (default %(default)s)")  # fmt: skip
     p.add_argument(
         "--master",
         default="local[2,4]",
-        help="Spark master; it must retry failed tasks (local[N,F], not local[N])",
+        help="Spark master; it must retry failed tasks: local[N,F], not local[N] "
+        "(default %(default)s)",
     )
     p.add_argument("--query", action="store_true", help=argparse.SUPPRESS)
     for hidden in ("--namespace", "--sidecar", "--out-dir", "--checkpoint"):
@@ -692,7 +699,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     missing = missing_extras()
     if missing:  # before anything starts: not after minutes of Spark
         print(
-            f"taskstate demo needs {', '.join(missing)}: pip install 'taskstate[spark,demo]'",
+            f"taskstate demo: {', '.join(missing)} missing: pip install 'taskstate[spark,demo]'",
             file=sys.stderr,
         )
         return 2

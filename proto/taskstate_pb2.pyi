@@ -117,7 +117,7 @@ class Entry(_message.Message):
     def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class RestoreChunk(_message.Message):
-    __slots__ = ("entries", "last", "version", "packed", "delta", "deletes", "packed_deletes", "not_covered")
+    __slots__ = ("entries", "last", "version", "packed", "delta", "deletes", "packed_deletes", "not_covered", "committed_batch")
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     LAST_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -126,6 +126,7 @@ class RestoreChunk(_message.Message):
     DELETES_FIELD_NUMBER: _ClassVar[int]
     PACKED_DELETES_FIELD_NUMBER: _ClassVar[int]
     NOT_COVERED_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_BATCH_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[Entry]
     last: bool
     version: str
@@ -134,7 +135,8 @@ class RestoreChunk(_message.Message):
     deletes: _containers.RepeatedScalarFieldContainer[str]
     packed_deletes: bytes
     not_covered: bool
-    def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., last: _Optional[bool] = ..., version: _Optional[str] = ..., packed: _Optional[bytes] = ..., delta: _Optional[bool] = ..., deletes: _Optional[_Iterable[str]] = ..., packed_deletes: _Optional[bytes] = ..., not_covered: _Optional[bool] = ...) -> None: ...
+    committed_batch: int
+    def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., last: _Optional[bool] = ..., version: _Optional[str] = ..., packed: _Optional[bytes] = ..., delta: _Optional[bool] = ..., deletes: _Optional[_Iterable[str]] = ..., packed_deletes: _Optional[bytes] = ..., not_covered: _Optional[bool] = ..., committed_batch: _Optional[int] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
     __slots__ = ("task", "epoch", "batch", "upserts", "deletes", "position", "has_position", "durability", "replicas", "writer", "packed_upserts", "packed_deletes")
@@ -351,14 +353,134 @@ class AdoptResponse(_message.Message):
     def __init__(self, known_before: _Optional[bool] = ..., tasks: _Optional[int] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
-    __slots__ = ("task", "pattern", "max_fields")
+    __slots__ = ("task", "pattern", "max_fields", "keys", "changes_since_batch", "packed")
     TASK_FIELD_NUMBER: _ClassVar[int]
     PATTERN_FIELD_NUMBER: _ClassVar[int]
     MAX_FIELDS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_SINCE_BATCH_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
     task: TaskId
     pattern: str
     max_fields: int
-    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., pattern: _Optional[str] = ..., max_fields: _Optional[int] = ...) -> None: ...
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    changes_since_batch: int
+    packed: bool
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., pattern: _Optional[str] = ..., max_fields: _Optional[int] = ..., keys: _Optional[_Iterable[str]] = ..., changes_since_batch: _Optional[int] = ..., packed: _Optional[bool] = ...) -> None: ...
+
+class SeedBeginRequest(_message.Message):
+    __slots__ = ("namespace", "component", "partitions", "overwrite", "batch", "key_type", "quiet_seconds", "lease_seconds")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    COMPONENT_FIELD_NUMBER: _ClassVar[int]
+    PARTITIONS_FIELD_NUMBER: _ClassVar[int]
+    OVERWRITE_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    KEY_TYPE_FIELD_NUMBER: _ClassVar[int]
+    QUIET_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    component: str
+    partitions: int
+    overwrite: bool
+    batch: int
+    key_type: str
+    quiet_seconds: float
+    lease_seconds: float
+    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., partitions: _Optional[int] = ..., overwrite: _Optional[bool] = ..., batch: _Optional[int] = ..., key_type: _Optional[str] = ..., quiet_seconds: _Optional[float] = ..., lease_seconds: _Optional[float] = ...) -> None: ...
+
+class SeedBeginResponse(_message.Message):
+    __slots__ = ("seed_id", "settled", "batch")
+    SEED_ID_FIELD_NUMBER: _ClassVar[int]
+    SETTLED_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    seed_id: str
+    settled: _containers.RepeatedScalarFieldContainer[str]
+    batch: int
+    def __init__(self, seed_id: _Optional[str] = ..., settled: _Optional[_Iterable[str]] = ..., batch: _Optional[int] = ...) -> None: ...
+
+class SeedStageRequest(_message.Message):
+    __slots__ = ("namespace", "component", "seed_id", "source", "attempt", "packed")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    COMPONENT_FIELD_NUMBER: _ClassVar[int]
+    SEED_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    PACKED_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    component: str
+    seed_id: str
+    source: int
+    attempt: int
+    packed: bytes
+    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., seed_id: _Optional[str] = ..., source: _Optional[int] = ..., attempt: _Optional[int] = ..., packed: _Optional[bytes] = ...) -> None: ...
+
+class SeedStageResponse(_message.Message):
+    __slots__ = ("keys",)
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    keys: int
+    def __init__(self, keys: _Optional[int] = ...) -> None: ...
+
+class SeedSource(_message.Message):
+    __slots__ = ("source", "attempt", "keys")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    source: int
+    attempt: int
+    keys: int
+    def __init__(self, source: _Optional[int] = ..., attempt: _Optional[int] = ..., keys: _Optional[int] = ...) -> None: ...
+
+class SeedCommitRequest(_message.Message):
+    __slots__ = ("namespace", "component", "seed_id", "sources")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    COMPONENT_FIELD_NUMBER: _ClassVar[int]
+    SEED_ID_FIELD_NUMBER: _ClassVar[int]
+    SOURCES_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    component: str
+    seed_id: str
+    sources: _containers.RepeatedCompositeFieldContainer[SeedSource]
+    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., seed_id: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[SeedSource, _Mapping]]] = ...) -> None: ...
+
+class SeedCommitResponse(_message.Message):
+    __slots__ = ("tasks", "keys", "batch")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    tasks: int
+    keys: int
+    batch: int
+    def __init__(self, tasks: _Optional[int] = ..., keys: _Optional[int] = ..., batch: _Optional[int] = ...) -> None: ...
+
+class SeedAbortRequest(_message.Message):
+    __slots__ = ("namespace", "component", "seed_id")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    COMPONENT_FIELD_NUMBER: _ClassVar[int]
+    SEED_ID_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    component: str
+    seed_id: str
+    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., seed_id: _Optional[str] = ...) -> None: ...
+
+class SeedAbortResponse(_message.Message):
+    __slots__ = ("undone",)
+    UNDONE_FIELD_NUMBER: _ClassVar[int]
+    undone: bool
+    def __init__(self, undone: _Optional[bool] = ...) -> None: ...
+
+class SettleRequest(_message.Message):
+    __slots__ = ("namespace", "component")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    COMPONENT_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    component: str
+    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ...) -> None: ...
+
+class SettleResponse(_message.Message):
+    __slots__ = ("settled",)
+    SETTLED_FIELD_NUMBER: _ClassVar[int]
+    settled: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, settled: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ImportRequest(_message.Message):
     __slots__ = ("task", "entries", "committed_batch", "position", "has_position", "codec", "replace", "append", "epoch", "partitions")

@@ -104,6 +104,31 @@ class TaskStateServiceStub:
                 request_serializer=taskstate_dot_proto_dot_taskstate__pb2.DoctorRequest.SerializeToString,
                 response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.DoctorResponse.FromString,
                 _registered_method=True)
+        self.SeedBegin = channel.unary_unary(
+                '/taskstate.v1.TaskStateService/SeedBegin',
+                request_serializer=taskstate_dot_proto_dot_taskstate__pb2.SeedBeginRequest.SerializeToString,
+                response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.SeedBeginResponse.FromString,
+                _registered_method=True)
+        self.SeedStage = channel.unary_unary(
+                '/taskstate.v1.TaskStateService/SeedStage',
+                request_serializer=taskstate_dot_proto_dot_taskstate__pb2.SeedStageRequest.SerializeToString,
+                response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.SeedStageResponse.FromString,
+                _registered_method=True)
+        self.SeedCommit = channel.unary_unary(
+                '/taskstate.v1.TaskStateService/SeedCommit',
+                request_serializer=taskstate_dot_proto_dot_taskstate__pb2.SeedCommitRequest.SerializeToString,
+                response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.SeedCommitResponse.FromString,
+                _registered_method=True)
+        self.SeedAbort = channel.unary_unary(
+                '/taskstate.v1.TaskStateService/SeedAbort',
+                request_serializer=taskstate_dot_proto_dot_taskstate__pb2.SeedAbortRequest.SerializeToString,
+                response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.SeedAbortResponse.FromString,
+                _registered_method=True)
+        self.Settle = channel.unary_unary(
+                '/taskstate.v1.TaskStateService/Settle',
+                request_serializer=taskstate_dot_proto_dot_taskstate__pb2.SettleRequest.SerializeToString,
+                response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.SettleResponse.FromString,
+                _registered_method=True)
         self.Attach = channel.stream_stream(
                 '/taskstate.v1.TaskStateService/Attach',
                 request_serializer=taskstate_dot_proto_dot_taskstate__pb2.AttachMessage.SerializeToString,
@@ -206,6 +231,37 @@ class TaskStateServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SeedBegin(self, request, context):
+        """A component's state written from a Spark DataFrame (see SeedBeginRequest).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SeedStage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SeedCommit(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SeedAbort(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Settle(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Attach(self, request_iterator, context):
         """A worker's deferred group commits (see AttachMessage).
         """
@@ -285,6 +341,31 @@ def add_TaskStateServiceServicer_to_server(servicer, server):
                     servicer.Doctor,
                     request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.DoctorRequest.FromString,
                     response_serializer=taskstate_dot_proto_dot_taskstate__pb2.DoctorResponse.SerializeToString,
+            ),
+            'SeedBegin': grpc.unary_unary_rpc_method_handler(
+                    servicer.SeedBegin,
+                    request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.SeedBeginRequest.FromString,
+                    response_serializer=taskstate_dot_proto_dot_taskstate__pb2.SeedBeginResponse.SerializeToString,
+            ),
+            'SeedStage': grpc.unary_unary_rpc_method_handler(
+                    servicer.SeedStage,
+                    request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.SeedStageRequest.FromString,
+                    response_serializer=taskstate_dot_proto_dot_taskstate__pb2.SeedStageResponse.SerializeToString,
+            ),
+            'SeedCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.SeedCommit,
+                    request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.SeedCommitRequest.FromString,
+                    response_serializer=taskstate_dot_proto_dot_taskstate__pb2.SeedCommitResponse.SerializeToString,
+            ),
+            'SeedAbort': grpc.unary_unary_rpc_method_handler(
+                    servicer.SeedAbort,
+                    request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.SeedAbortRequest.FromString,
+                    response_serializer=taskstate_dot_proto_dot_taskstate__pb2.SeedAbortResponse.SerializeToString,
+            ),
+            'Settle': grpc.unary_unary_rpc_method_handler(
+                    servicer.Settle,
+                    request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.SettleRequest.FromString,
+                    response_serializer=taskstate_dot_proto_dot_taskstate__pb2.SettleResponse.SerializeToString,
             ),
             'Attach': grpc.stream_stream_rpc_method_handler(
                     servicer.Attach,
@@ -670,6 +751,141 @@ class TaskStateService:
             '/taskstate.v1.TaskStateService/Doctor',
             taskstate_dot_proto_dot_taskstate__pb2.DoctorRequest.SerializeToString,
             taskstate_dot_proto_dot_taskstate__pb2.DoctorResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SeedBegin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskstate.v1.TaskStateService/SeedBegin',
+            taskstate_dot_proto_dot_taskstate__pb2.SeedBeginRequest.SerializeToString,
+            taskstate_dot_proto_dot_taskstate__pb2.SeedBeginResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SeedStage(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskstate.v1.TaskStateService/SeedStage',
+            taskstate_dot_proto_dot_taskstate__pb2.SeedStageRequest.SerializeToString,
+            taskstate_dot_proto_dot_taskstate__pb2.SeedStageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SeedCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskstate.v1.TaskStateService/SeedCommit',
+            taskstate_dot_proto_dot_taskstate__pb2.SeedCommitRequest.SerializeToString,
+            taskstate_dot_proto_dot_taskstate__pb2.SeedCommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SeedAbort(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskstate.v1.TaskStateService/SeedAbort',
+            taskstate_dot_proto_dot_taskstate__pb2.SeedAbortRequest.SerializeToString,
+            taskstate_dot_proto_dot_taskstate__pb2.SeedAbortResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Settle(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskstate.v1.TaskStateService/Settle',
+            taskstate_dot_proto_dot_taskstate__pb2.SettleRequest.SerializeToString,
+            taskstate_dot_proto_dot_taskstate__pb2.SettleResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -67,13 +67,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--drain-seconds",
         type=float,
         default=30.0,
-        help="on SIGTERM, how long in-flight calls may take to finish",
+        help="on SIGTERM, how long in-flight calls may take to finish (default 30)",
     )
     p.add_argument(
         "--redis-deadline",
         type=float,
         default=10.0,
-        help="seconds a Redis call is retried for before the request fails",
+        help="seconds a Redis call is retried for before the request fails (default 10)",
     )
     p.add_argument(
         "--durability-timeout-ms",
@@ -244,7 +244,12 @@ def from_args(ns: argparse.Namespace) -> SidecarConfig:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse arguments and run the sidecar until SIGTERM."""
-    p = argparse.ArgumentParser(prog="taskstate sidecar", description="The taskstate sidecar.")
+    p = argparse.ArgumentParser(
+        prog="taskstate sidecar",
+        description="The gRPC server beside each executor that talks to Redis for the tasks: "
+        "it listens on --listen (a Unix socket, or TCP with TLS), serves the task protocol, "
+        "gRPC health and reflection, and prints one ready line once it listens.",
+    )
     add_arguments(p)
     ns = p.parse_args(argv)
     if not ns.redis_url:

@@ -277,3 +277,49 @@ def already_exists(fq: str) -> SidecarError:
         f"task {fq}: already has state; nothing was imported. Drop it first "
         f"(`taskstate drop {fq} --yes`) or import with --replace.",
     )
+
+
+# -- the data source's reads and writes (storage/redis/reads.py, seed.py) ---------------
+
+
+def seeding(fq: str) -> SidecarError:
+    """A task (or component, `ns/comp`) that a `df.write.format("taskstate")` is writing."""
+    ns, comp = fq.split("/")[:2]
+    what = f"task {fq}" if fq.count("/") == 2 else fq
+    return SidecarError(
+        codes.PARTITIONS,
+        f"{what}: a write of the taskstate data source (df.write.format('taskstate')) "
+        f"holds {ns}/{comp} and has not finished; its keys become visible all at once when "
+        "it does. Nothing was changed. Operator action: wait for the write to end; if its "
+        f"job died, `taskstate ls {ns}` finishes or undoes it once its lease has run out.",
+    )
+
+
+def seed_gone(namespace: str, component: str, seed_id: str) -> SidecarError:
+    """A write's step after the write ended (finished, aborted, or undone as abandoned)."""
+    return SidecarError(
+        codes.FENCED,
+        f"{namespace}/{component}: the write {seed_id} is no longer under way (it was "
+        "aborted, or undone after no call reached the sidecar within its lease, or another "
+        "write replaced it). Nothing of it is visible. Write again (a longer leaseSeconds "
+        "if its tasks are slow to start).",
+    )
+
+
+def seed_duplicate(namespace: str, component: str, key: str) -> SidecarError:
+    """A key written twice by one write."""
+    return SidecarError(
+        codes.INVALID_ARGUMENT,
+        f"{namespace}/{component}: key {key[:80]!r} appears more than once in the written "
+        "DataFrame. Nothing was written. Give each key one row (e.g. dropDuplicates(['key']) "
+        "or an aggregation).",
+    )
+
+
+def not_covered(fq: str, since: int, covered: int) -> SidecarError:
+    """ChangesSinceBatch older than the change log reaches."""
+    return SidecarError(
+        codes.NOT_FOUND,
+        f"task {fq}: the change log holds the changes after batch {covered} and later, not "
+        f"those after batch {since}. Read the whole state instead, or a batch >= {covered}.",
+    )

@@ -96,6 +96,25 @@ GET_KEYS = Counter(
     ["outcome"],
     registry=REGISTRY,
 )
+READ_KEYS = Counter(
+    "taskstate_read_keys",
+    "Keys sent by Read (claim-free reads: taskstate show/export and the data source), by kind: "
+    "'whole' (every key), 'keys' (a key filter pushed down) or 'changes' (changesSinceBatch).",
+    ["kind"],
+    registry=REGISTRY,
+)
+SEEDS = Counter(
+    "taskstate_seeds",
+    "Writes of the data source ended, by outcome: 'committed', 'aborted', 'refused' (a "
+    "duplicate key), 'settled' (abandoned, then finished or undone by a later call).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+SEED_KEYS = Counter(
+    "taskstate_seed_keys",
+    "Keys staged by writes of the data source (visible once their write is committed).",
+    registry=REGISTRY,
+)
 RESTORE_PROGRESS = Gauge(
     "taskstate_restore_progress_keys",
     "A running restore's keys: kind 'restored' (sent so far) and 'expected' (the state's "

@@ -60,13 +60,7 @@ async def stream_restore(
     try:
         async for items in storage.restore(task, epoch, n):
             for piece in pieces(items):
-                if request.packed:
-                    # keys and values as msgpack raw strings, straight from Redis: the
-                    # client decodes (and UTF-8-checks) them in C
-                    flat = list(chain.from_iterable(piece))
-                    yield pb.RestoreChunk(packed=msgpack.packb(flat, use_bin_type=False))
-                else:
-                    yield entries_chunk(piece)
+                yield packed_chunk(piece) if request.packed else entries_chunk(piece)
             await progress.sent(len(items))
         yield pb.RestoreChunk(last=True, version=await storage.version(task))
     finally:
@@ -130,19 +124,10 @@ def _delta_chunks(
     """A delta's chunks: its upserts cut like a full restore's, its deletes with the first."""
     out = []
     for piece in pieces(upserts) if upserts else [[]]:
-        if packed:
-            flat = list(chain.from_iterable(piece))
-            blob = msgpack.packb(flat, use_bin_type=False) if flat else b""
-            out.append(pb.RestoreChunk(delta=True, packed=blob))
-        else:
-            out.append(entries_chunk(piece))
-            out[-1].delta = True
-    first = out[0]
+        out.append(packed_chunk(piece) if packed else entries_chunk(piece))
+        out[-1].delta = True
     if deletes:
-        if packed:
-            first.packed_deletes = msgpack.packb(list(deletes), use_bin_type=False)
-        else:
-            first.deletes.extend(k if isinstance(k, str) else k.decode() for k in deletes)
+        out[0].MergeFrom(delete_chunk(deletes, packed))
     return out
 
 
@@ -169,4 +154,25 @@ def entries_chunk(piece: Sequence[tuple[str | bytes, bytes]]) -> pb.RestoreChunk
     """A chunk in the per-entry form (keys may come as Redis' UTF-8 bytes)."""
     return pb.RestoreChunk(
         entries=[pb.Entry(key=k if isinstance(k, str) else k.decode(), value=v) for k, v in piece]
+    )
+
+
+def packed_chunk(piece: Sequence[tuple[str | bytes, bytes]]) -> pb.RestoreChunk:
+    """A chunk in the packed form: one msgpack array [key1, value1, ...] of raw strings.
+
+    Keys and values go as they came from Redis: the client decodes (and UTF-8-checks)
+    them in C.
+    """
+    flat = list(chain.from_iterable(piece))
+    return pb.RestoreChunk(packed=msgpack.packb(flat, use_bin_type=False) if flat else b"")
+
+
+def delete_chunk(deletes: Sequence[str | bytes], packed: bool) -> pb.RestoreChunk:
+    """A chunk of deleted keys (a delta): packed, or one string each."""
+    if packed:
+        return pb.RestoreChunk(
+            delta=True, packed_deletes=msgpack.packb(list(deletes), use_bin_type=False)
+        )
+    return pb.RestoreChunk(
+        delta=True, deletes=[k if isinstance(k, str) else k.decode() for k in deletes]
     )

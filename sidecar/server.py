@@ -26,7 +26,7 @@ from .rpc.service import SERVICE_NAME, add_to_server
 from .storage.base import Backend
 from .storage.redis.backend import RedisBackend
 from .storage.redis.connect import RedisSettings, RedisUrlError, redact
-from .storage.redis.safety import EVICTION, PERSISTENCE
+from .storage.redis.safety import EVICTION, PERSISTENCE, SILENCE_WITH
 
 log = logging.getLogger("taskstate.sidecar")
 
@@ -135,7 +135,7 @@ class Sidecar:
                     extra={
                         "check": c.name,
                         "detail": c.detail,
-                        "silence_with": "--allow-volatile-redis",
+                        "silence_with": SILENCE_WITH,
                     },
                 )
 

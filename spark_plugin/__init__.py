@@ -5,6 +5,8 @@
 - `resume(items, state, every=N)` for long batch tasks.
 - `TaskStateProcessor` (in `taskstate.spark_plugin.processor`; needs pyspark) for
   transformWithStateInPandas / transformWithState.
+- `TaskStateDataSource` (in `taskstate.spark_plugin.datasource`; needs pyspark): the
+  `taskstate` data source, a component's state as a DataFrame and back.
 - The executor plugin `io.taskstate.spark.TaskStatePlugin` and `taskstate spark-package`.
 """
 
@@ -12,7 +14,7 @@ from typing import Any
 
 from .glue import configure, resume, with_batch_id
 
-__all__ = ["TaskStateProcessor", "configure", "resume", "with_batch_id"]
+__all__ = ["TaskStateDataSource", "TaskStateProcessor", "configure", "resume", "with_batch_id"]
 
 
 def __getattr__(name: str) -> Any:
@@ -20,4 +22,8 @@ def __getattr__(name: str) -> Any:
         from .processor import TaskStateProcessor
 
         return TaskStateProcessor
+    if name == "TaskStateDataSource":  # likewise
+        from .datasource import TaskStateDataSource
+
+        return TaskStateDataSource
     raise AttributeError(name)

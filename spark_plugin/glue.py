@@ -51,6 +51,11 @@ def configure(
     speculative execution (`spark.speculation=true`): a speculative copy of a stateful
     task that opens the task and is then killed would leave the batch rolled back while
     Spark keeps the other copy's output.
+
+    A classic session also gets the `taskstate` data source (`spark.read.format(
+    "taskstate")`), registered with the namespace and sidecar as its default options, and
+    the filter pushdown of Python data sources (`spark.sql.python.filterPushdown.enabled`)
+    that its reads use. A Connect session does not, yet.
     """
     problem = ids.name_problem("namespace", namespace)
     if problem:
@@ -74,6 +79,18 @@ def _configure_classic(spark: Any, namespace: str, sidecar: str | None) -> None:
     sc.setLocalProperty(APP_OVERRIDE, sc.applicationId)
     if sidecar is not None:
         sc.setLocalProperty(SIDECAR_PROPERTY, sidecar)
+    register_data_source(spark, namespace=namespace, sidecar=sidecar)
+
+
+def register_data_source(spark: Any, **defaults: str | None) -> None:
+    """Register the `taskstate` data source, with the filter pushdown its reads use.
+
+    `defaults`: options its reads and writes need not give (namespace, sidecar).
+    """
+    from .datasource import TaskStateDataSource  # needs pyspark, as `spark` does
+
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    spark.dataSource.register(TaskStateDataSource.with_defaults(**defaults))
 
 
 def with_batch_id(fn: Callable[[Any, int], T]) -> Callable[[Any, int], T]:

@@ -18,7 +18,7 @@ import io
 import os
 import sys
 import tarfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from importlib import metadata
 from pathlib import Path
 
@@ -86,9 +86,36 @@ def executor_roots() -> list[str]:
     return [*requires, *EXECUTOR_EXTRAS]
 
 
-def pack_env(out_dir: Path) -> tuple[Path, list[str]]:
-    """Write DIR/taskstate-env.tar.gz; return it and the distributions it holds."""
+def _files(dist: metadata.Distribution) -> list[tuple[Path, str]]:
+    """A distribution's files to pack: (path, path inside site-packages)."""
+    root = Path(str(dist.locate_file(""))).resolve()
+    out = []
+    for f in dist.files or []:
+        path = Path(str(dist.locate_file(f))).resolve()
+        if not path.is_file() or "__pycache__" in f.parts:
+            continue
+        try:
+            out.append((path, path.relative_to(root).as_posix()))
+        except ValueError:
+            continue  # outside site-packages: console scripts, headers
+    return out
+
+
+def pack_env(
+    out_dir: Path, on_progress: Callable[[str], None] | None = None
+) -> tuple[Path, list[str]]:
+    """Write DIR/taskstate-env.tar.gz; return it and the distributions it holds.
+
+    `on_progress` hears what is being packed (it takes about 40 s): the total first,
+    then each tenth of it.
+    """
+    say = on_progress or (lambda text: None)
     dists = closure(executor_roots())
+    files = {d.metadata["Name"]: _files(d) for d in dists}
+    total = sum(p.stat().st_size for fs in files.values() for p, _ in fs)
+    say(f"packing {len(dists)} distributions ({total / 2**20:.0f} MiB before compression) "
+        f"into {out_dir / ENV_NAME}")  # fmt: skip
+    done = 0
     base = Path(getattr(sys, "_base_executable", sys.executable)).resolve()
     pyver = f"python{sys.version_info.major}.{sys.version_info.minor}"
     site = f"lib/{pyver}/site-packages"
@@ -108,16 +135,13 @@ def pack_env(out_dir: Path) -> tuple[Path, list[str]]:
             info.type, info.linkname, info.mode = tarfile.SYMTYPE, str(base), 0o755
             tar.addfile(info)
         for dist in dists:
-            root = Path(str(dist.locate_file(""))).resolve()
-            for f in dist.files or []:
-                path = Path(str(dist.locate_file(f))).resolve()
-                if not path.is_file() or "__pycache__" in f.parts:
-                    continue
-                try:
-                    rel = path.relative_to(root)
-                except ValueError:
-                    continue  # outside site-packages: console scripts, headers
-                tar.add(path, f"{site}/{rel.as_posix()}", recursive=False)
+            name = dist.metadata["Name"]
+            for path, rel in files[name]:
+                tar.add(path, f"{site}/{rel}", recursive=False)
+                step = done * 10 // max(total, 1)
+                done += path.stat().st_size
+                if done * 10 // max(total, 1) > step:  # another tenth packed
+                    say(f"packed {done / max(total, 1):.0%} (at {name} {dist.version})")
     os.chmod(tmp, 0o644)
     tmp.replace(out)
     return out, [f"{d.metadata['Name']} {d.version}" for d in dists]

@@ -176,12 +176,20 @@ def client_mode_flags(env: Path | None) -> list[str]:
     return [f"--conf spark.pyspark.driver.python={sys.executable}"]
 
 
+def _progress(text: str) -> None:
+    print(f"taskstate spark-package: {text}", file=sys.stderr, flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Build the plugin jar, the py-files zip and (optionally) a packed environment."""
     # (imported here: setup.py loads this file on its own, outside its package)
     from .pack_env import PackEnvError, pack_env
 
-    p = argparse.ArgumentParser(prog="taskstate spark-package", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="taskstate spark-package",
+        description=__doc__.replace("`", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # keep the list a list
+    )
     p.add_argument("--out", required=True, help="directory to write into")
     p.add_argument(
         "--pack-env",
@@ -201,8 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     ns = p.parse_args(argv)
     out_dir = Path(ns.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
     try:
+        out_dir.mkdir(parents=True, exist_ok=True)
         jar, copied = plugin_jar(out_dir)
         how = "the wheel's prebuilt jar" if copied else "compiled here with javac"
         print(f"wrote {jar} ({how})")
@@ -210,10 +218,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {pyfiles}")
         env = None
         if ns.pack_env:
-            env, dists = pack_env(out_dir)
+            env, dists = pack_env(out_dir, on_progress=_progress)
             size = env.stat().st_size / 2**20
             print(f"wrote {env} ({size:.0f} MiB: {', '.join(dists)}; no pyspark)")
-    except (PackageError, PackEnvError) as exc:
+    except BrokenPipeError:
+        raise  # the reader of stdout went away: taskstate's main() ends quietly
+    except (PackageError, PackEnvError, OSError) as exc:
         print(f"taskstate spark-package: {exc}", file=sys.stderr)
         return 1
     if ns.connect:

@@ -11,10 +11,18 @@ from collections.abc import AsyncIterator
 
 from taskstate.proto import taskstate_pb2 as pb
 
+from .. import metrics
 from ..auth import visible
 from ..config import Limits
-from ..restore import DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS, entries_chunk, pieces
-from ..storage.base import AdminStore, TaskStore
+from ..restore import (
+    DEFAULT_CHUNK_FIELDS,
+    MAX_CHUNK_FIELDS,
+    delete_chunk,
+    entries_chunk,
+    packed_chunk,
+    pieces,
+)
+from ..storage.base import AdminStore, SeedStore, TaskStore
 from ..storage.values import TaskKey
 from . import wire
 from .guard import current_grant
@@ -28,9 +36,17 @@ DEFAULT_QUIET_S = 30.0  # a rescale refuses a component written more recently th
 class AdminRpcs:
     """taskstate.v1.TaskStateService's operator calls over an AdminStore."""
 
-    def __init__(self, store: AdminStore, tasks: TaskStore, limits: Limits, redis_url: str) -> None:
+    def __init__(
+        self,
+        store: AdminStore,
+        tasks: TaskStore,
+        seeds: SeedStore,
+        limits: Limits,
+        redis_url: str,
+    ) -> None:
         self.store = store
         self.tasks = tasks
+        self.seeds = seeds  # a rescale first settles an abandoned write of the component
         self.limits = limits
         self.redis_url = redis_url  # redacted, for Doctor
 
@@ -80,6 +96,7 @@ class AdminRpcs:
         if request.HasField("quiet_seconds"):
             quiet = max(0.0, request.quiet_seconds)
         key_type = request.key_type or "string"
+        await self.seeds.settle(ns, comp)
         log.warning(
             "rescale started",
             extra={"namespace": ns, "component": comp, "to": request.to, "key_type": key_type},
@@ -130,13 +147,40 @@ class AdminRpcs:
         return pb.EditResponse(tasks=len(tasks), had_key=had)
 
     async def Read(self, request: pb.ReadRequest) -> AsyncIterator[pb.RestoreChunk]:  # noqa: N802
-        """A task's committed state without a claim, all of one version."""
+        """A task's committed state without a claim, all of one version.
+
+        Whole, some keys, or the keys changed after a batch; the last chunk names the
+        version and its committed batch.
+        """
         task = wire.task_key(request.task)
         n = max(1, min(request.max_fields or DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS))
-        async for items in self.store.read(task, request.pattern or None, n):
-            for piece in pieces(items):
-                yield entries_chunk(piece)
-        yield pb.RestoreChunk(last=True, version=await self.tasks.version(task))
+        keys = list(request.keys) if request.keys else None
+        if keys is not None:
+            self.limits.check_entries(task.fq, keys, [], "read")
+        since = request.changes_since_batch if request.HasField("changes_since_batch") else None
+        if since is not None and not -1 <= since <= MAX_BATCH:
+            raise bad(f"task {task.fq}: changes since batch {since} is out of range")
+        kind = "keys" if keys is not None else "changes" if since is not None else "whole"
+        delta = since is not None
+        pages = self.store.read(
+            task, n, pattern=request.pattern or None, keys=keys, since_batch=since
+        )
+        sent = 0
+        async for page in pages:
+            if page.last:
+                metrics.READ_KEYS.labels(kind).inc(sent)
+                yield pb.RestoreChunk(
+                    last=True, version=page.version, committed_batch=page.batch, delta=delta
+                )
+                return
+            if page.deletes:
+                sent += len(page.deletes)
+                yield delete_chunk(page.deletes, request.packed)
+            for piece in pieces(page.items) if page.items else ():
+                sent += len(piece)
+                chunk = packed_chunk(piece) if request.packed else entries_chunk(piece)
+                chunk.delta = delta
+                yield chunk
 
     async def Import(self, request: pb.ImportRequest) -> pb.ImportResponse:  # noqa: N802
         """Create (or extend) a task from exported state."""

@@ -49,6 +49,11 @@ VERBS = {
     "Import": "import into",
     "Doctor": "diagnose",
     "Attach": "defer commits to",
+    "SeedBegin": "write",
+    "SeedStage": "write",
+    "SeedCommit": "write",
+    "SeedAbort": "write",
+    "Settle": "settle writes of",
 }
 
 _GRANT: ContextVar[Grant | None] = ContextVar("taskstate_grant", default=None)

@@ -1,7 +1,8 @@
 """Registration: every RPC of the .proto, served by its audience's class behind the guard.
 
 The task calls (task.py) get the backend's task store wrapped in the metered layer; the
-operators' calls (admin.py) its admin store; Attach (flush.py) the flush coordinator.
+operators' calls (admin.py) its admin store; the data source's writes (seed.py) its seed
+store; Attach (flush.py) the flush coordinator.
 Requests that do not parse get INVALID_ARGUMENT with a taskstate code, not gRPC's bare
 UNKNOWN.
 """
@@ -26,6 +27,7 @@ from ..storage.metered import MeteredTaskStore
 from .admin import AdminRpcs
 from .flush import FlushRpcs
 from .guard import Context, Guard, abort, observed
+from .seed import SeedRpcs
 from .task import TaskRpcs
 from .wire import bad
 
@@ -114,7 +116,8 @@ def add_to_server(
     tasks = MeteredTaskStore(backend.tasks)
     audiences = (
         TaskRpcs(tasks, limits, flush_barrier=flush is not None),
-        AdminRpcs(backend.admin, tasks, limits, redis_url),
+        AdminRpcs(backend.admin, tasks, backend.seeds, limits, redis_url),
+        SeedRpcs(backend.seeds, limits),
         FlushRpcs(flush),
     )
     handlers = {}

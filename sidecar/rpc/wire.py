@@ -14,6 +14,7 @@ from taskstate.proto import codes, ids
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto.durability import Durability
 
+from .. import errors
 from ..config import Limits
 from ..errors import SidecarError
 from ..storage.values import ChangeSet, TaskKey, TaskMeta
@@ -92,8 +93,13 @@ def codec(name: str, fq: str) -> str:
 
 
 def writer(w: pb.Writer) -> str:
-    """Who writes, as the task's metadata records it."""
-    return f"host={w.host} executor={w.executor} attempt={w.attempt} pid={w.pid}"[:512]
+    """Who writes, as the task's metadata records it.
+
+    No `executor=` without an executor id: Spark's local mode gives its Python workers
+    none (SPARK_EXECUTOR_ID), nor does a LocalContext outside Spark.
+    """
+    executor = f" executor={w.executor}" if w.executor else ""
+    return f"host={w.host}{executor} attempt={w.attempt} pid={w.pid}"[:512]
 
 
 def declared_partitions(declared: int, task: TaskKey) -> int | None:
@@ -202,3 +208,31 @@ def task_info(m: TaskMeta) -> pb.TaskInfo:
         partitions=m.partitions or 0,
         rescaling=m.rescaling,
     )
+
+
+def seed_page(packed: bytes, namespace: str, component: str, limits: Limits) -> list[str]:
+    """A page of a data source write: msgpack [key, value, ...], every item non-empty str.
+
+    A key twice in the page is refused here (the script finds those staged before).
+    """
+    where = f"{namespace}/{component}"
+    try:
+        flat = msgpack.unpackb(packed, raw=False)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise bad(f"{where}: a write's page is not msgpack ({exc})") from None
+    if not isinstance(flat, list) or len(flat) % 2:
+        raise bad(f"{where}: a write's page must be [key, value, key, value, ...]")
+    if flat and (set(map(type, flat)) != {str} or min(map(len, flat)) == 0):  # in C
+        for i, x in enumerate(flat):
+            if not isinstance(x, str) or not x:
+                kind = "key" if i % 2 == 0 else f"value of key {str(flat[i - 1])[:80]!r}"
+                raise bad(f"{where}: a {kind} is empty or not text; nothing was written")
+    keys = flat[0::2]
+    if len(set(keys)) != len(keys):
+        seen: set[str] = set()
+        for k in keys:
+            if k in seen:
+                raise errors.seed_duplicate(namespace, component, k)
+            seen.add(k)
+    limits.check_entries(where, keys, flat[1::2], "write")
+    return flat

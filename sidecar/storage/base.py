@@ -19,7 +19,8 @@ protocol of docs/architecture.md exactly:
   from the task's change log, or None when the log does not cover that version.
 
 `AdminStore` is what operators' calls need (`taskstate ls/show/export/import/...`); none
-of them claims a task. A `Backend` has one of each over one connection.
+of them claims a task. `SeedStore` is the data source's writes. A `Backend` has one of
+each over one connection.
 """
 
 from __future__ import annotations
@@ -35,7 +36,11 @@ from .values import (
     Delta,
     DoctorReport,
     OpenResult,
+    ReadPage,
     RescaleProgress,
+    SeedDone,
+    SeedSpec,
+    SeedStarted,
     TaskKey,
     TaskMeta,
 )
@@ -156,11 +161,22 @@ class AdminStore(Protocol):
         ...
 
     def read(
-        self, task: TaskKey, pattern: str | None, max_fields: int
-    ) -> AsyncIterator[Sequence[tuple[str | bytes, bytes]]]:
-        """Yield the committed state without a claim, all of one version (CHANGED if not).
+        self,
+        task: TaskKey,
+        max_fields: int,
+        *,
+        pattern: str | None = None,
+        keys: Sequence[str] | None = None,
+        since_batch: int | None = None,
+    ) -> AsyncIterator[ReadPage]:
+        """The committed state without a claim, all of one version, in pages.
 
-        NOT_FOUND when the task has no state.
+        Pages hold at most `max_fields` keys; the last names the version and its committed
+        batch. Every key (matching `pattern`); only `keys` (those present, one atomic read); or
+        the keys changed after committed batch `since_batch`, from the change log, with
+        the deleted ones (NOT_FOUND naming the oldest batch it covers when it does not
+        reach back that far). CHANGED when a commit lands during a whole read; NOT_FOUND
+        when the task has no state; PARTITIONS while a rescale or a write holds it.
         """
         ...
 
@@ -191,6 +207,43 @@ class AdminStore(Protocol):
         ...
 
 
+class SeedStore(Protocol):
+    """Writes of the data source (`df.write.format("taskstate")`): all or nothing.
+
+    `begin` holds the component (refused while its query runs, or a rescale or another
+    write holds it) and records the plan; `stage` takes pages of keys from the write's
+    Spark tasks, invisible until `commit` makes all of them the component's state (a key
+    written twice: INVALID_ARGUMENT, and nothing is written); `abort` undoes. A write that
+    no call reached within its lease is abandoned: `settle` undoes it (or finishes it,
+    once committed) and says which. Open runs `settle` for its component too.
+    """
+
+    async def begin(self, spec: SeedSpec) -> SeedStarted:
+        """Hold the component and record the write."""
+        ...
+
+    async def stage(
+        self, namespace: str, component: str, seed_id: str, source: int, attempt: int,
+        flat: Sequence[str],
+    ) -> int:  # fmt: skip
+        """Stage a page of Spark task `source`: [key1, value1, key2, ...] (values: JSON)."""
+        ...
+
+    async def commit(
+        self, namespace: str, component: str, seed_id: str, sources: dict[int, int]
+    ) -> SeedDone:
+        """Make the write visible; `sources`: the attempt of each Spark task that counts."""
+        ...
+
+    async def abort(self, namespace: str, component: str, seed_id: str) -> bool:
+        """Undo the write; False when it was not under way (or had been committed)."""
+        ...
+
+    async def settle(self, namespace: str, component: str | None) -> list[str]:
+        """Finish or undo abandoned writes of the namespace; what was done, one line each."""
+        ...
+
+
 class Backend(Protocol):
     """One store of task state: its task calls and its operator calls, one connection."""
 
@@ -202,6 +255,11 @@ class Backend(Protocol):
     @property
     def admin(self) -> AdminStore:
         """The operators' calls."""
+        ...
+
+    @property
+    def seeds(self) -> SeedStore:
+        """Writes of the data source."""
         ...
 
     async def ping(self) -> None:

@@ -107,6 +107,22 @@ class Delta:
     deletes: list[str | bytes]
 
 
+@dataclass(frozen=True, slots=True)
+class ReadPage:
+    """One page of a claim-free read (`AdminStore.read`); the last one says what was read.
+
+    `items`: keys with their values now; `deletes`: keys deleted (a read of the changes
+    since a batch). The last page (`last`) carries no keys: the version read and its
+    committed batch, the same for every page before it.
+    """
+
+    items: Sequence[tuple[str | bytes, bytes]] = ()
+    deletes: Sequence[str | bytes] = ()
+    last: bool = False
+    version: str = ""
+    batch: int = -1
+
+
 # The change log keeps at most max(LOG_MIN, state size // LOG_FRACTION) keys (lua/commit.lua).
 LOG_MIN = 4096
 LOG_FRACTION = 8
@@ -146,6 +162,38 @@ class RescaleProgress:
     keys: int = 0
     batch: int = -1
     resumed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SeedSpec:
+    """A write of the data source, as its driver asks for it (SeedBeginRequest)."""
+
+    namespace: str
+    component: str
+    to: int  # the partition count the keys are placed by
+    key_type: str  # spark_hash's name of the key column's type
+    overwrite: bool = False
+    batch: int | None = None  # None: -1, or the component's own batch when adding to it
+    quiet_s: float = 30.0
+    lease_s: float = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class SeedStarted:
+    """A write begun: its id, the batch it will record, what was done to an earlier one."""
+
+    seed_id: str
+    batch: int
+    settled: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class SeedDone:
+    """A write made visible: its tasks, the component's keys after it, their batch."""
+
+    tasks: int
+    keys: int
+    batch: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,15 @@ from collections.abc import AsyncIterator, Sequence
 from taskstate.proto.durability import Durability
 
 from ... import errors
-from ..values import Check, DoctorReport, RescaleProgress, ServerReport, TaskKey, TaskMeta
+from ..values import (
+    Check,
+    DoctorReport,
+    ReadPage,
+    RescaleProgress,
+    ServerReport,
+    TaskKey,
+    TaskMeta,
+)
 from .rescale import rescale
 from .store import _ABSENT, MemoryState, MemoryTaskStore, _chunks, _log, _Task
 
@@ -84,7 +92,7 @@ class MemoryAdmin:
                 t.undo[key] = _ABSENT
         else:
             t.data[key] = value
-        _log(t, [key])
+        _log(t, [key], t.batch + 1)  # the job sees it from the next batch
         if t.edit_batch is None:
             t.edits = {}
         t.edits[key] = value
@@ -93,17 +101,49 @@ class MemoryAdmin:
         return had
 
     async def read(
-        self, task: TaskKey, pattern: str | None, max_fields: int
-    ) -> AsyncIterator[Sequence[tuple[str | bytes, bytes]]]:
+        self,
+        task: TaskKey,
+        max_fields: int,
+        *,
+        pattern: str | None = None,
+        keys: Sequence[str] | None = None,
+        since_batch: int | None = None,
+    ) -> AsyncIterator[ReadPage]:
         """The committed state without a claim (one version: nothing runs meanwhile)."""
+        if (task.namespace, task.component) in self.state.seeds:
+            raise errors.seeding(task.fq)
         t = self.state.tasks.get(task)
         if t is None:
             raise errors.not_found(task.fq, task.namespace)
-        items = [
-            (k, v) for k, v in t.data.items() if pattern is None or fnmatch.fnmatchcase(k, pattern)
-        ]
+        deletes: list[str | bytes] = []
+        if keys is not None:
+            items = [(k, t.data[k]) for k in keys if k in t.data]
+        elif since_batch is not None:
+            covered = t.batch
+            if t.log_ver == t.ver:
+                covered = -1 if t.log_floor == 0 else t.log_floor_batch or t.batch
+            if since_batch < covered:
+                raise errors.not_covered(task.fq, since_batch, covered)
+            changed = [
+                k
+                for v in range(t.log_floor + 1, t.ver + 1)
+                if t.log_batch.get(v, since_batch + 1) > since_batch
+                for k in t.log.get(v, [])
+            ]
+            named = list(dict.fromkeys(changed))
+            items = [(k, t.data[k]) for k in named if k in t.data]
+            deletes = [k for k in named if k not in t.data]
+        else:
+            items = [
+                (k, v)
+                for k, v in t.data.items()
+                if pattern is None or fnmatch.fnmatchcase(k, pattern)
+            ]
         for chunk in _chunks(items, max_fields):
-            yield chunk
+            yield ReadPage(chunk)
+        if deletes:
+            yield ReadPage(deletes=deletes)
+        yield ReadPage(last=True, version=t.version, batch=t.batch)
 
     async def import_task(
         self,

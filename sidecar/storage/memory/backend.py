@@ -6,6 +6,7 @@ As redis/backend.py composes them over one connection.
 from __future__ import annotations
 
 from .admin import MemoryAdmin
+from .seed import MemorySeeder
 from .store import MemoryState, MemoryTaskStore
 
 
@@ -16,6 +17,7 @@ class MemoryBackend:
         self.state = MemoryState()
         self._tasks = MemoryTaskStore(self.state)
         self._admin = MemoryAdmin(self.state, self._tasks)
+        self._seeds = MemorySeeder(self.state)
 
     @property
     def tasks(self) -> MemoryTaskStore:
@@ -26,6 +28,11 @@ class MemoryBackend:
     def admin(self) -> MemoryAdmin:
         """The operators' calls."""
         return self._admin
+
+    @property
+    def seeds(self) -> MemorySeeder:
+        """Writes of the data source."""
+        return self._seeds
 
     def fail_next(self, op: str, exc: BaseException) -> None:
         """Make the next call of `op` (open, commit, restore, get, changes) raise `exc`."""

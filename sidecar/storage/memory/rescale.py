@@ -110,6 +110,7 @@ async def rescale(
             last_writer="taskstate rescale",
             log_floor=1,
             log_ver=1,
+            log_floor_batch=batch,
             partitions=to,
         )
         yield RescaleProgress("commit", p + 1, to)

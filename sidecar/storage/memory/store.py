@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from taskstate.proto.durability import Durability
 from taskstate.proto.versions import Version, token
@@ -61,7 +62,9 @@ class _Task:
     # the change log, as lua/commit.lua keeps it: version -> the keys it changed;
     # complete for versions (log_floor, ver] when log_ver == ver; log_n keys in all
     log: dict[int, list[str]] = field(default_factory=dict)
+    log_batch: dict[int, int] = field(default_factory=dict)  # version -> the batch that wrote it
     log_floor: int = 0
+    log_floor_batch: int | None = -1  # the batch of the state at log_floor (None: unknown)
     log_ver: int | None = None
     log_n: int = 0
     partitions: int | None = None  # the count recorded at the first Open declaring one
@@ -74,24 +77,31 @@ class _Task:
         return token(self.gen, self.ver)
 
 
-def _log(t: _Task, keys: list[str]) -> None:
+def _log(t: _Task, keys: list[str], batch: int) -> None:
     """A new version that changed `keys`, in the change log if it covers the last one."""
     if t.log_ver == t.ver:
         t.log[t.ver + 1] = keys
+        t.log_batch[t.ver + 1] = batch
         t.log_n += len(keys)
         t.log_ver = t.ver + 1
     t.ver += 1
 
 
-def _apply_edits(t: _Task) -> None:
-    """Apply the kept edits again (lua/open.lua) and forget them."""
+def _restart_log(t: _Task, floor: int, floor_batch: int) -> None:
+    """The log starts afresh: it covers versions after `floor` (the state of `floor_batch`)."""
+    t.log, t.log_batch, t.log_floor, t.log_n = {}, {}, floor, 0
+    t.log_floor_batch = floor_batch
+
+
+def _apply_edits(t: _Task, batch: int) -> None:
+    """Apply the kept edits again (lua/open.lua) at `batch`, and forget them."""
     for k, v in t.edits.items():
         if v is None:
             t.data.pop(k, None)
         else:
             t.data[k] = v
     if t.edits:
-        _log(t, list(t.edits))
+        _log(t, list(t.edits), batch)
     t.edits, t.edit_batch = {}, None
 
 
@@ -103,6 +113,10 @@ class MemoryState:
         self.records: set[str] = set()  # namespaces adopted or reset (redis: ts:ns:{ns})
         # (namespace, component) -> its partition count (redis: partitions/<comp> in ts:ns)
         self.partition_counts: dict[tuple[str, str], int] = {}
+        # (namespace, component) -> a write of the data source under way (seed.py), and
+        # what settles an abandoned one (set by the backend): the same rules as Redis'
+        self.seeds: dict[tuple[str, str], Any] = {}
+        self.settle: Callable[[str, str | None], list[str]] = lambda ns, comp: []
         self._faults: dict[str, BaseException] = {}
 
     def fail_next(self, op: str, exc: BaseException) -> None:
@@ -125,18 +139,23 @@ def _fenced(task: TaskKey, t: _Task | None, epoch: int) -> None:
         raise errors.fenced(task.fq, "none" if t is None else t.epoch)
 
 
-def _log_commit(t: _Task, keys: list[str]) -> None:
-    """Log a commit's keys at the version it makes, trimmed as lua/commit.lua does."""
+def _log_commit(t: _Task, keys: list[str], batch: int, before: int) -> None:
+    """Log a commit's keys at the version it makes, trimmed as lua/commit.lua does.
+
+    `batch`: the commit's batch (-1 in a batch job); `before`: the batch before it.
+    """
     if t.log_ver != t.ver:
-        t.log, t.log_floor, t.log_n = {}, t.ver, 0
+        _restart_log(t, t.ver, before)
     new = t.ver + 1
     t.log[new] = keys
+    t.log_batch[new] = batch
     t.log_n += len(keys)
     t.log_ver = new
     limit = max(LOG_MIN, (len(t.data)) // LOG_FRACTION)
     while t.log_n > limit and t.log_floor < new:
         t.log_floor += 1
         t.log_n -= len(t.log.pop(t.log_floor, []))
+        t.log_floor_batch = t.log_batch.pop(t.log_floor, None)
 
 
 class MemoryTaskStore:
@@ -158,10 +177,14 @@ class MemoryTaskStore:
     ) -> OpenResult:
         """Claim the task; see base.TaskStore.open."""
         self.state.fault("open")
+        component = (task.namespace, task.component)
+        if component in self.state.seeds:
+            self.state.settle(*component)
+            if component in self.state.seeds:
+                raise errors.seeding(task.fq)
         t = self.state.tasks.get(task)
         if t is not None and t.codec and t.codec != codec:
             raise errors.codec_mismatch(task.fq, t.codec, codec)
-        component = (task.namespace, task.component)
         recorded = self.state.partition_counts.get(component) if t is None else t.partitions
         if recorded is not None and (
             (partitions is not None and partitions != recorded) or task.partition >= recorded
@@ -207,9 +230,10 @@ class MemoryTaskStore:
                 n = len(t.undo)
             if t.log_ver == t.ver and t.undo_copy is None:
                 t.log[t.ver + 1] = list(t.undo)
+                t.log_batch[t.ver + 1] = t.batch  # the replayed batch
                 t.log_n += len(t.undo)
             else:
-                t.log, t.log_floor, t.log_n = {}, t.ver + 1, 0
+                _restart_log(t, t.ver + 1, t.prev_batch)
             t.log_ver = t.ver + 1
             t.undo = {}
             t.undo_copy = None
@@ -220,7 +244,7 @@ class MemoryTaskStore:
             t.rollbacks += 1
             rolled = True
         if t.edit_batch is not None and (batch is None or batch > t.edit_batch):
-            _apply_edits(t)
+            _apply_edits(t, -1 if batch is None else batch)
         return OpenResult(t.epoch, t.batch, t.position, len(t.data), t.version, rolled, n)
 
     async def restore(
@@ -252,6 +276,7 @@ class MemoryTaskStore:
         assert t is not None  # noqa: S101 - checked by _fenced
         upserts, deletes = change_set.upserts, change_set.deletes
         keys = [k for k, _ in upserts] + list(deletes)
+        before = t.batch
         if batch is not None:
             if batch < t.batch:
                 raise errors.state_ahead(task.fq, t.batch, batch)
@@ -269,13 +294,13 @@ class MemoryTaskStore:
             elif t.undo_copy is None and 0 < len(t.data) <= 4 * changes:
                 # commit.lua too: a large change set later in the batch turns it to copy
                 # mode (the data with the record applied is the state before the batch)
-                before = dict(t.data)
+                as_before = dict(t.data)
                 for k, old in t.undo.items():
                     if old is _ABSENT:
-                        before.pop(k, None)
+                        as_before.pop(k, None)
                     else:
-                        before[k] = old
-                t.undo_copy, t.undo_n, t.undo = before, len(t.undo), {}
+                        as_before[k] = old
+                t.undo_copy, t.undo_n, t.undo = as_before, len(t.undo), {}
             if t.undo_copy is not None:
                 t.undo_n += changes
             else:
@@ -289,7 +314,7 @@ class MemoryTaskStore:
         if position is not None:
             t.position = position
         base = t.version
-        _log_commit(t, keys)
+        _log_commit(t, keys, -1 if batch is None else batch, before)
         t.ver += 1
         t.updated_at = time.time()
         t.last_writer = writer

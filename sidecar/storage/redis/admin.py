@@ -14,21 +14,28 @@ from typing import Any
 
 import redis.exceptions as rex
 
-from taskstate.proto import codes
 from taskstate.proto.durability import Durability
 
 from ... import errors
-from ...errors import SidecarError
-from ..values import Check, DoctorReport, RescaleProgress, ServerReport, TaskKey, TaskMeta
+from ..values import (
+    Check,
+    DoctorReport,
+    ReadPage,
+    RescaleProgress,
+    ServerReport,
+    TaskKey,
+    TaskMeta,
+)
 from . import meta
 from .connect import RedisSettings, redact
 from .keys import edits_key, every_key, task_keys
+from .reads import Reader
 from .records import NamespaceRecords
 from .replies import text
 from .rescale import Rescaler
 from .routing import Connection
 from .safety import ServerSafety, eviction_check, persistence_check
-from .scan import Scanner, ServerChangedError
+from .scan import Scanner
 from .scripts import Refused, refusal
 from .waits import DurabilityWaits
 
@@ -50,6 +57,7 @@ class RedisAdmin:
         self._records = records
         self._scanner = scanner
         self._rescaler = Rescaler(conn, records, scanner)
+        self._reader = Reader(conn, scanner)
 
     async def list_tasks(self, namespace: str, component: str | None) -> list[TaskMeta]:
         """Every indexed task of the namespace (optionally one component)."""
@@ -108,31 +116,21 @@ class RedisAdmin:
         except rex.ResponseError as exc:
             raise refusal(exc, Refused(task.fq, "edit", codec=codec)) from None
 
-    async def read(
-        self, task: TaskKey, pattern: str | None, max_fields: int
-    ) -> AsyncIterator[Sequence[tuple[str | bytes, bytes]]]:
-        """The committed state without a claim; CHANGED when a commit lands meanwhile.
-
-        The version token moves on every commit and rollback, so equal tokens before and
-        after the scan mean every page came from one committed state.
-        """
-        data = task_keys(task)[1]
-        before = await meta.describe(self._conn, self._records, task)
-        if not before.exists:
-            raise errors.not_found(task.fq, task.namespace)
-        try:
-            async for items in self._scanner.pages(data, max_fields, pattern, "read"):
-                yield list(items.items())
-        except ServerChangedError:
-            pass  # another server answers now: what was sent may not be one version
-        else:
-            if await meta.version(self._conn, task) == before.version:
-                return
-        raise SidecarError(
-            codes.CHANGED,
-            f"task {task.fq}: the state changed while it was read (a commit, a rollback or "
-            "a failover). What was sent is not one version: read it again.",
-        )
+    def read(
+        self,
+        task: TaskKey,
+        max_fields: int,
+        *,
+        pattern: str | None = None,
+        keys: Sequence[str] | None = None,
+        since_batch: int | None = None,
+    ) -> AsyncIterator[ReadPage]:
+        """See base.AdminStore.read (reads.py)."""
+        if keys is not None:
+            return self._reader.keys(task, keys)
+        if since_batch is not None:
+            return self._reader.changes(task, since_batch, max_fields)
+        return self._reader.whole(task, pattern, max_fields)
 
     async def import_task(
         self,

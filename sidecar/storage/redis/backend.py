@@ -1,5 +1,6 @@
-"""The Redis backend: one connection, and over it the task store and the operators' calls.
+"""The Redis backend: one connection, and over it every store of the sidecar.
 
+The task store, the operators' calls and the data source's writes.
 `RedisBackend` builds the pieces once and hands each what it needs; nothing is shared
 through inheritance. keys.py is the only place a key is spelled; connect.py turns the
 URL into a client; routing.py finds the server, retries and reloads scripts.
@@ -13,6 +14,7 @@ from .connect import RedisSettings
 from .records import NamespaceRecords
 from .routing import Connection
 from .scan import Scanner
+from .seed import Seeder
 from .store import RedisTaskStore
 from .waits import DurabilityWaits
 
@@ -38,7 +40,8 @@ class RedisBackend:
         waits = DurabilityWaits(self.conn, durability_timeout_ms, fsync_check_ttl_s)
         records = NamespaceRecords(self.conn)
         scanner = Scanner(self.conn)
-        self._tasks = RedisTaskStore(self.conn, waits, records, scanner)
+        self._seeds = Seeder(self.conn, records)
+        self._tasks = RedisTaskStore(self.conn, waits, records, scanner, self._seeds.settle)
         self._admin = RedisAdmin(self.conn, self.settings, waits, records, scanner)
 
     @property
@@ -50,6 +53,11 @@ class RedisBackend:
     def admin(self) -> RedisAdmin:
         """The operators' calls."""
         return self._admin
+
+    @property
+    def seeds(self) -> Seeder:
+        """Writes of the data source."""
+        return self._seeds
 
     @property
     def kind(self) -> str:

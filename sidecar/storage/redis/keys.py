@@ -21,6 +21,12 @@ in one Redis Cluster slot and one script can touch all its keys:
                          at the task's next batch, key -> value ('' : delete)
 - `ts:{ns/comp/p}:stage`, `:stage_undo`  a rescale's new data and rollback record for
                          target task p, renamed into place when p is written (rescale.py)
+- `ts:{ns/comp/p}:seed:<id>:<s>.<a>`  the keys attempt a of Spark task (partition) s of
+                         data source write <id> staged for task p; `:seed:<id>:att` the set
+                         of the attempts that staged here; `:seed:<id>:stage` the merged
+                         keys, made the task's state in one step (seed.py)
+- in `ts:ns:{ns}`, per component `seed/<comp>` (a data source write under way, JSON) and
+                         `seed_alive/<comp>` (when it was last heard of)
 
 A streaming task at batch > 0 whose namespace has neither an index nor a record finds a
 Redis that lost everything (or a query that adds taskstate late): store.py refuses it.
@@ -44,11 +50,30 @@ class ComponentRecord(NamedTuple):
 
     partitions: int | None  # the recorded partition count
     rescale: str | None  # a rescale under way (its plan, JSON)
+    seed: str | None = None  # a write of the data source under way (its plan, JSON)
 
 
 def component_fields(component: str) -> tuple[str, str]:
     """The component's fields in the namespace's record: (partition count, rescale)."""
     return f"partitions/{component}", f"rescale/{component}"
+
+
+def seed_fields(component: str) -> tuple[str, str]:
+    """A data source write's fields in the namespace's record: (plan, last heard of)."""
+    return f"seed/{component}", f"seed_alive/{component}"
+
+
+def seed_key(task: TaskKey, seed_id: str, attempt: str) -> str:
+    """What one attempt of a Spark task of data source write `seed_id` staged for `task`.
+
+    `attempt`: "<source>.<attempt>", the Spark task's partition and attempt number.
+    """
+    return f"ts:{{{task.fq}}}:seed:{seed_id}:{attempt}"
+
+
+def seed_keys(task: TaskKey, seed_id: str) -> tuple[str, str]:
+    """(stage, att): a data source write's merged keys for `task`, and its sources' attempts."""
+    return f"ts:{{{task.fq}}}:seed:{seed_id}:stage", f"ts:{{{task.fq}}}:seed:{seed_id}:att"
 
 
 def task_key(namespace: str, component: str, partition: int | str, kind: Kind) -> str:

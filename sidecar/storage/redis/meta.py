@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import time
+from collections.abc import Sequence
 from typing import Any
 
+from taskstate.proto import codes
+from taskstate.proto.ids import fq_task_id
 from taskstate.proto.versions import token
 
+from ...errors import SidecarError
 from ..values import LAYOUT_VERSION, TaskKey, TaskMeta
 from .keys import task_keys
 from .records import NamespaceRecords
@@ -68,3 +73,50 @@ def parse(task: TaskKey, m: dict[bytes, bytes], size: int) -> TaskMeta:
         partitions=int(parts) if parts.isdigit() else None,
         rescaling=b"rescale" in m,
     )
+
+
+async def fields(
+    conn: Connection,
+    namespace: str,
+    component: str,
+    partitions: Sequence[int],
+    names: Sequence[str],
+) -> dict[int, dict[str, str | None]]:
+    """Some fields of the metadata of each of a component's tasks, by partition."""
+    out: dict[int, dict[str, str | None]] = {}
+    for p in partitions:
+        key = task_keys(TaskKey(namespace, component, p))[0]
+
+        async def call(key: str = key) -> Any:
+            return await conn.client.hmget(key, *names)
+
+        raw = await conn.run("meta", call)
+        out[p] = {f: None if v is None else text(v) for f, v in zip(names, raw, strict=True)}
+    return out
+
+
+async def refuse_if_running(
+    conn: Connection,
+    namespace: str,
+    component: str,
+    partitions: Sequence[int],
+    quiet_s: float,
+    action: str,
+) -> None:
+    """CHANGED when a task was opened or written in the last `quiet_s` seconds.
+
+    A component's query that runs writes its tasks every batch: a rescale or a write of
+    the data source waits until it has stopped. `action` names what was refused.
+    """
+    metas = await fields(conn, namespace, component, partitions, ("updated_at", "opened_at"))
+    now = time.time()
+    for p, m in metas.items():
+        last = max(float(m["updated_at"] or 0), float(m["opened_at"] or 0))
+        if now - last < quiet_s:
+            raise SidecarError(
+                codes.CHANGED,
+                f"{fq_task_id(namespace, component, p)} was written {now - last:.0f} s "
+                "ago: the query still runs (or has just stopped). Nothing was changed. "
+                f"Stop the query, then {action}; the check waits for {quiet_s:.0f} s of quiet "
+                f"({'--quiet-seconds' if action == 'rescale' else 'option quietSeconds'}).",
+            )

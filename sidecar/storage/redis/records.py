@@ -20,6 +20,7 @@ from .keys import (
     index_member,
     index_task,
     namespace_key,
+    seed_fields,
 )
 from .replies import text
 from .routing import Connection
@@ -56,11 +57,13 @@ class NamespaceRecords:
             pipe.sismember(index, index_member(task))
             pipe.scard(index)
             pipe.exists(record)
-            pipe.hmget(record, *component_fields(task.component))
+            pipe.hmget(record, *component_fields(task.component), seed_fields(task.component)[0])
             return await pipe.execute()
 
-        indexed, members, has_record, (parts, rescale) = await self._conn.run("index", call)
-        component = ComponentRecord(int(text(parts)) if parts else None, text(rescale) or None)
+        indexed, members, has_record, (parts, rescale, seed) = await self._conn.run("index", call)
+        component = ComponentRecord(
+            int(text(parts)) if parts else None, text(rescale) or None, text(seed) or None
+        )
         return bool(indexed), bool(members) or bool(has_record), component
 
     async def members(self, namespace: str, component: str | None) -> list[TaskKey]:

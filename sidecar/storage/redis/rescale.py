@@ -40,9 +40,19 @@ from taskstate.proto.ids import fq_task_id
 
 from ... import errors
 from ...errors import SidecarError
+from ...placement import partitions_of
 from ...spark_hash import KEY_TYPES, partition_of
 from ..values import RescaleProgress, TaskKey
-from .keys import component_fields, edits_key, every_key, namespace_key, task_key, task_keys
+from . import meta
+from .keys import (
+    component_fields,
+    edits_key,
+    every_key,
+    namespace_key,
+    seed_fields,
+    task_key,
+    task_keys,
+)
 from .records import NamespaceRecords
 from .replies import text
 from .routing import Connection
@@ -93,7 +103,12 @@ class Rescaler:
         record = namespace_key(namespace)
         parts_field, plan_field = component_fields(component)
         client = self._conn.client
-        raw = await self._conn.run("rescale", lambda: client.hget(record, plan_field))
+        seed_field = seed_fields(component)[0]
+        raw, seed = await self._conn.run(
+            "rescale", lambda: client.hmget(record, plan_field, seed_field)
+        )
+        if seed is not None:  # a write of the data source holds it
+            raise errors.seeding(f"{namespace}/{component}")
         resumed = raw is not None
         if raw is not None:
             plan = Plan(**json.loads(text(raw)))
@@ -190,18 +205,8 @@ class Rescaler:
                 f"{namespace}/{component}: no tasks with state (`taskstate ls {namespace}` "
                 "lists the components). Nothing was changed.",
             )
+        await meta.refuse_if_running(self._conn, namespace, component, sources, quiet_s, "rescale")
         metas = await self._metas(namespace, component, sources)
-        now = time.time()
-        for p, m in metas.items():
-            last = max(float(m["updated_at"] or 0), float(m["opened_at"] or 0))
-            if now - last < quiet_s:
-                raise SidecarError(
-                    codes.CHANGED,
-                    f"{fq_task_id(namespace, component, p)} was written {now - last:.0f} s "
-                    "ago: the query still runs (or has just stopped). Nothing was changed. "
-                    f"Stop the query, then rescale; the check waits for {quiet_s:.0f} s of quiet "
-                    "(--quiet-seconds).",
-                )
         codecs = {m["codec"] for m in metas.values() if m["codec"]}
         if len(codecs) > 1:
             raise errors.corrupt(
@@ -227,14 +232,8 @@ class Rescaler:
         self, namespace: str, component: str, sources: Sequence[int]
     ) -> dict[int, dict[str, str | None]]:
         """What the plan reads of each source's metadata."""
-        fields = ("batch", "undo_batch", "prev_batch", "updated_at", "opened_at", "codec",
-                  "partitions")  # fmt: skip
-        metas: dict[int, dict[str, str | None]] = {}
-        for p in sources:
-            meta = task_keys(TaskKey(namespace, component, p))[0]
-            raw = await self._redis("HMGET", meta, *fields)
-            metas[p] = {f: None if v is None else text(v) for f, v in zip(fields, raw, strict=True)}
-        return metas
+        fields = ("batch", "undo_batch", "prev_batch", "codec", "partitions")
+        return await meta.fields(self._conn, namespace, component, sources, fields)
 
     async def _batch(self, namespace: str, component: str, plan: Plan) -> None:
         """The batch the targets keep, and whether its rollback records are complete.
@@ -314,15 +313,15 @@ class Rescaler:
     ) -> None:
         """Write one page of a source's hash to the targets' staging hashes."""
         by_target: dict[int, list[Any]] = defaultdict(list)
-        for k, v in page.items():
-            try:
-                t = partition_of(text(k), plan.to, plan.key_type)
-            except ValueError as exc:  # a key written after the plan checked them all
-                raise errors.bad_argument(
-                    f"key {text(k)[:80]!r} cannot be read as a {plan.key_type} ({exc}); the "
-                    "rescale holds the component and has written nothing to its tasks yet: "
-                    "delete the key (`taskstate erase`) and run the same rescale again"
-                ) from None
+        try:
+            placed = partitions_of([text(k) for k in page], plan.to, plan.key_type)
+        except ValueError as exc:  # a key written after the plan checked them all
+            raise errors.bad_argument(
+                f"a key cannot be read as a {plan.key_type} ({exc}); the rescale holds the "
+                "component and has written nothing to its tasks yet: delete the key "
+                "(`taskstate erase`) and run the same rescale again"
+            ) from None
+        for t, (k, v) in zip(placed, page.items(), strict=True):
             by_target[t] += (k, v)
 
         async def write(t: int, flat: list[Any]) -> None:

@@ -17,6 +17,11 @@ from ..values import Check
 
 PERSISTENCE = "persistence"
 EVICTION = "eviction"
+# how a user silences the start-up warnings, with or without the executor plugin
+SILENCE_WITH = (
+    "--allow-volatile-redis (with the executor plugin: "
+    "--conf spark.taskstate.sidecar.extraArgs=--allow-volatile-redis)"
+)
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,7 @@ def persistence_check(servers: Sequence[ServerSafety]) -> Check:
             f'{", ".join(none)}: no persistence (appendonly no, save ""): a restart of '
             "Redis loses every task's state. Set 'appendonly yes' (CONFIG SET appendonly yes, "
             "and in redis.conf); for a throwaway setup, start the sidecar with "
-            "--allow-volatile-redis.",
+            f"{SILENCE_WITH}.",
         )
     rdb_only = [s.address for s in servers if not s.aof_enabled]
     if rdb_only:

@@ -47,7 +47,17 @@ ARGV: dict[str, tuple[str, ...]] = {
     "rescale_commit": ("lock", "partitions", "batch", "prev_batch", "new_gen", "now", "codec"),
     "rescale_retire": ("lock",),
     "edit": ("key", "value", "codec", "now"),
+    "read_keys": ("at",),
+    "read_changes": ("since",),
+    "seed_lock": ("lock", "now"),
+    "seed_merge": ("lock",),
+    "seed_publish": ("lock", "partitions", "batch", "new_gen", "now", "codec", "mode"),
+    "seed_undo": ("lock",),
 }
+
+# A write of the data source (seed.py) holds its tasks as a rescale does, with a lock of
+# its own: "seed-<id>:<count>".
+SEED_LOCK = "seed-"
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +105,8 @@ class Refused:
 
 
 def _rescaling(r: Refused, lock: str) -> SidecarError:
+    if lock.startswith(SEED_LOCK):  # a write of the data source holds the task
+        return errors.seeding(r.task)
     if r.script.startswith("rescale"):  # another rescale holds the task
         return errors.rescale_held(r.task, lock)
     return errors.rescaling(r.task, lock.rpartition(":")[2])  # the lock: "<id>:<count>"
@@ -122,6 +134,9 @@ _REFUSALS: dict[str, Callable[[Refused, str], SidecarError]] = {
     "TSLOST": _lost,
     "TSNOTASK": lambda r, d: errors.not_found(r.task, r.task.partition("/")[0]),
     "TSEXISTS": lambda r, d: errors.already_exists(r.task),
+    "TSDUPLICATE": lambda r, d: errors.seed_duplicate(
+        r.task.split("/")[0], r.task.split("/")[1], d
+    ),
 }
 
 

@@ -13,7 +13,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import redis.exceptions as rex
@@ -32,7 +32,7 @@ from .records import NamespaceRecords
 from .replies import text
 from .routing import Connection
 from .scan import Scanner, ServerChangedError
-from .scripts import Refused, refusal
+from .scripts import SEED_LOCK, Refused, refusal
 from .seen import SeenVersions
 from .waits import DurabilityWaits
 
@@ -52,11 +52,13 @@ class RedisTaskStore:
         waits: DurabilityWaits,
         records: NamespaceRecords,
         scanner: Scanner,
+        settle: Callable[[str, str | None], Awaitable[list[str]]],
     ) -> None:
         self._conn = conn
         self._waits = waits
         self._records = records
         self._scanner = scanner
+        self._settle = settle  # finishes or undoes an abandoned write of the data source
         self._seen = SeenVersions()
 
     async def open(
@@ -115,10 +117,12 @@ class RedisTaskStore:
         (checked, or recorded by the first Open that declares one) and any rescale under
         way. TSLOST behind (Redis holds an older version than this sidecar saw): refused,
         unless `taskstate adopt` accepted it since. Each answer clears its own flag, so
-        the script runs at most three times.
+        the script runs at most three times, and once more after an abandoned write of the
+        data source that held the task was settled.
         """
         script = self._conn.scripts["open"]
         keys = (*task_keys(task), edits_key(task))
+        settled = False
         while True:
             argv = script.args(**args)
 
@@ -132,6 +136,10 @@ class RedisTaskStore:
                 if reply == "TSNEW" and args["ask_index"] == "1":
                     await self._refuse_if_lost(task, batch, partitions)
                     args["ask_index"] = "0"  # new indeed
+                elif reply.startswith(f"TSRESCALING {SEED_LOCK}") and not settled:
+                    settled = True  # held by a write: refused as such unless it was abandoned
+                    if not await self._settle(task.namespace, task.component):
+                        raise
                 elif reply.startswith("TSLOST behind ") and args["seen_gen"]:
                     await self._refuse_if_behind(task, batch, reply.split()[2:])
                     args["seen_gen"] = args["seen_ver"] = ""  # the older state was accepted
@@ -142,6 +150,11 @@ class RedisTaskStore:
         self, task: TaskKey, batch: int | None, partitions: int | None
     ) -> None:
         indexed, namespace_known, component = await self._records.known(task)
+        if component.seed is not None:
+            if await self._settle(task.namespace, task.component):
+                indexed, namespace_known, component = await self._records.known(task)
+            if component.seed is not None:
+                raise errors.seeding(task.fq)
         if component.rescale is not None:
             raise errors.rescaling(task.fq, json.loads(component.rescale).get("to", "?"))
         if indexed:  # it had state once: all of it is gone

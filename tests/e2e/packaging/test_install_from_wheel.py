@@ -1,8 +1,10 @@
-"""From the wheel to a spark-submit, in a clean virtual environment outside the tree.
+"""From a fresh venv to a release wheel to a spark-submit, as a user would.
 
-The wheel the session built (setup.py compiles the plugin jar into it) is installed with
-its `[spark,demo]` extras into a new venv in a temporary folder, as a user would
-(`pip install 'taskstate[spark,demo]'`, here pinned by requirements/constraints.txt).
+A new venv in a temporary folder gets pyspark (pinned by requirements/constraints.txt,
+from the pip cache), then runs the README's release build ("Install", the lines marked
+`release-build`) unchanged, in a copy of the checkout's files: setup.py compiles the
+plugin jar into the wheel with that venv's pyspark and setuptools. The wheel is then
+installed with its `[spark,demo]` extras (`pip install 'taskstate[spark,demo]'`, pinned).
 Nothing of the checkout is on that venv's path. Then, with its own commands only:
 `taskstate --help`, a sidecar, a client round trip, and a small `spark-submit` with the
 plugin jar that `taskstate spark-package` copies from the wheel.
@@ -12,18 +14,22 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import uuid
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from taskstate.testing import RedisServer
+from tests.readme import block_after
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[3]
+JAR_IN_WHEEL = "taskstate/spark_plugin/taskstate-plugin.jar"
 
 JOB = """
 import json, sys
@@ -59,10 +65,10 @@ with TaskState(LocalContext(0, batch_id=1), component="c", namespace=sys.argv[2]
 """
 
 
-def run(cmd: list[str], env: dict[str, str], timeout: float = 600) -> str:
+def run(cmd: list[str], env: dict[str, str], timeout: float = 600, cwd: str = "/") -> str:
     r = subprocess.run(
         cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False,
-        cwd="/", start_new_session=True,
+        cwd=cwd, start_new_session=True,
     )  # fmt: skip
     assert r.returncode == 0, f"{cmd[:3]} failed:\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}"
     # the pinned pandas is one PySpark supports: no warning in the driver or any task
@@ -70,8 +76,32 @@ def run(cmd: list[str], env: dict[str, str], timeout: float = 600) -> str:
     return r.stdout
 
 
-def test_the_wheel_installs_with_its_extras_and_runs_a_spark_submit(
-    wheel: Path, redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+def checkout_copy(dest: Path) -> Path:
+    """The checkout's files as a clone has them (tracked, and new ones not ignored)."""
+    names = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.splitlines()  # fmt: skip
+    for name in names:
+        if (ROOT / name).is_file():  # not a file deleted in the work tree
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
+def build_as_documented(env: dict[str, str], source: Path) -> Path:
+    """The README's release build, line for line, in `source`; the wheel it wrote."""
+    script = block_after("release-build")
+    assert "pip wheel . --no-deps --no-build-isolation -w dist/" in script, script
+    run(["bash", "-euo", "pipefail", "-c", script], env, timeout=600, cwd=str(source))
+    (whl,) = (source / "dist").glob("taskstate-*.whl")
+    with zipfile.ZipFile(whl) as z:  # the release carries the plugin
+        assert JAR_IN_WHEEL in z.namelist(), z.namelist()
+    return whl
+
+
+def test_a_fresh_venv_builds_the_wheel_as_documented_and_runs_a_spark_submit(
+    spark_ready: None, redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     home = tmp_path_factory.mktemp("user")
     venv = home / "venv"
@@ -85,7 +115,11 @@ def test_the_wheel_installs_with_its_extras_and_runs_a_spark_submit(
     }
     if "JAVA_HOME" in os.environ:
         env["JAVA_HOME"] = os.environ["JAVA_HOME"]
-    run([str(bin_ / "pip"), "install", "-q", "-c", str(ROOT / "requirements/constraints.txt"),
+    constraints = str(ROOT / "requirements/constraints.txt")
+    # "an environment that has pyspark and a JDK"
+    run([str(bin_ / "pip"), "install", "-q", "-c", constraints, "pyspark"], env, timeout=900)
+    wheel = build_as_documented(env, checkout_copy(home / "clone"))
+    run([str(bin_ / "pip"), "install", "-q", "-c", constraints,
          f"taskstate[spark,demo] @ {wheel.as_uri()}"], env, timeout=900)  # fmt: skip
     where = run(
         [str(bin_ / "python"), "-c", "import taskstate.client as c; print(c.__file__)"], env

@@ -324,7 +324,7 @@ def test_doctor_names_each_problem_and_exits_nonzero(
     gone = SidecarProcess(redis_server.url, tmp_path / "nothing-here.sock")
     r = cli("doctor", sidecar=gone, check=1)
     assert "[FAIL] sidecar reachable" in r.stdout and "taskstate sidecar" in r.stdout
-    assert "no answer" in cli("health", "--live", sidecar=gone, check=1).stderr
+    assert "no sidecar answers at" in cli("health", "--live", sidecar=gone, check=1).stderr
     assert cli("health", sidecar=sidecar).stdout.strip() == "SERVING"
 
     # a sidecar whose Redis is down: reachable, but not serving
@@ -387,6 +387,9 @@ def test_the_sidecar_warns_at_start_about_a_redis_that_can_lose_state(
     ]
     assert {w["check"] for w in warnings} == {"persistence", "eviction"}, warnings
     assert all(w["level"] == "warning" for w in warnings), warnings
+    # the fix, also as executor plugin users give it
+    assert all("spark.taskstate.sidecar.extraArgs=--allow-volatile-redis" in w["silence_with"]
+               for w in warnings), warnings  # fmt: skip
     assert "redis can lose task state" not in quiet.log_path.read_text()
 
 

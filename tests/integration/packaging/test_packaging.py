@@ -3,6 +3,7 @@ install of this checkout), with the Lua scripts and the generated stubs inside."
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -80,3 +81,25 @@ def test_editable_install_imports_from_any_directory(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr
     assert Path(r.stdout.strip()) == ROOT / "client" / "__init__.py"
+
+
+def test_a_build_without_isolation_on_an_old_setuptools_names_the_missing_step(
+    tmp_path: Path,
+) -> None:
+    """The README's release build minus its `pip install 'setuptools>=77'` line, in a
+    venv whose setuptools predates PEP 639: the error says which step is missing, not
+    setuptools' "invalid pyproject.toml config: `project.license`"."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    pip = str(venv / "bin" / "pip")
+    # a fresh Python 3.11 venv has setuptools 65.5 already (nothing to download)
+    subprocess.run([pip, "install", "-q", "setuptools<77"], check=True, timeout=300)
+    source = _tracked_copy(tmp_path / "src")
+    r = subprocess.run(
+        [pip, "wheel", ".", "--no-deps", "--no-build-isolation", "-w", "dist/"],
+        cwd=source, capture_output=True, text=True, timeout=300, check=False,
+        env={**os.environ, "TASKSTATE_REQUIRE_JAR": "1"},
+    )  # fmt: skip
+    assert r.returncode != 0
+    assert "taskstate: building needs setuptools>=77" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "pip install 'setuptools>=77'" in r.stdout + r.stderr

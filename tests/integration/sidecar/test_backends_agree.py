@@ -18,7 +18,7 @@ from taskstate.sidecar.errors import SidecarError
 from taskstate.sidecar.storage.memory.backend import MemoryBackend
 from taskstate.sidecar.storage.redis.backend import RedisBackend
 from taskstate.sidecar.storage.redis.keys import task_keys
-from taskstate.sidecar.storage.values import ChangeSet, TaskKey
+from taskstate.sidecar.storage.values import ChangeSet, SeedSpec, TaskKey
 from taskstate.testing import RedisServer
 
 pytestmark = pytest.mark.integration
@@ -171,9 +171,12 @@ async def _operator_story(store: Any, ns: str) -> list[Any]:
     async def read(pattern: str | None) -> Any:
         try:
             got: dict[str, bytes] = {}
-            async for chunk in store.admin.read(task, pattern, 2):
-                got.update((k if isinstance(k, str) else k.decode(), v) for k, v in chunk)
-            return got
+            batch = None
+            async for page in store.admin.read(task, 2, pattern=pattern):
+                got.update((k if isinstance(k, str) else k.decode(), v) for k, v in page.items)
+                if page.last:
+                    batch = page.batch
+            return got, batch
         except SidecarError as exc:
             return exc.code
 
@@ -237,8 +240,8 @@ def test_operator_paths_agree(redis_server: RedisServer, namespace: str) -> None
             want = await _operator_story(MemoryBackend(), namespace)
             assert got == want
             assert got[0] == "NOT_FOUND" and got[3] == "FENCED" and got[4] == "ALREADY_EXISTS"
-            assert got[5] == {"a": b"1", "ab": b"2", "b": b"3", "c": b"4"}
-            assert got[6] == {"a": b"1", "ab": b"2"}
+            assert got[5] == ({"a": b"1", "ab": b"2", "b": b"3", "c": b"4"}, 4)  # and its batch
+            assert got[6] == ({"a": b"1", "ab": b"2"}, 4)
             assert got[9][0] == "error" and got[10] == ("error", "STATE_AHEAD")
             assert got[11] == ("open", 4, 4, False)
             assert got[14:] == [
@@ -252,6 +255,76 @@ def test_operator_paths_agree(redis_server: RedisServer, namespace: str) -> None
                 ("open", 1),
                 ("open", 1),
             ], got[14:]
+        finally:
+            await redis_store.close()
+
+    asyncio.run(run())
+
+
+async def _seed_story(store: Any, ns: str) -> list[Any]:
+    """Writes of the data source and the reads after them, as the data source makes them."""
+    out: list[Any] = []
+
+    async def attempt(fn: Any, *args: Any) -> Any:
+        try:
+            return await fn(*args)
+        except SidecarError as exc:
+            return exc.code
+
+    async def state(to: int) -> list[Any]:
+        rows: list[Any] = []
+        for p in range(to):
+            task = TaskKey(ns, "c", p)
+            try:
+                async for page in store.admin.read(task, 100):
+                    items = sorted(
+                        (k if isinstance(k, str) else k.decode(), v) for k, v in page.items
+                    )
+                    rows.append((p, items, page.batch if page.last else None))
+            except SidecarError as exc:
+                rows.append((p, exc.code))
+        return rows
+
+    first = await store.seeds.begin(SeedSpec(ns, "c", 3, "string"))
+    out.append(await attempt(store.seeds.begin, SeedSpec(ns, "c", 3, "string")))  # held
+    out.append(await state(1))  # refused while it is under way
+    pairs = [x for i in range(40) for x in (f"k{i}", str(i))]
+    out.append(await store.seeds.stage(ns, "c", first.seed_id, 0, 0, pairs[:40]))
+    out.append(await store.seeds.stage(ns, "c", first.seed_id, 1, 0, pairs[40:]))
+    out.append(await attempt(store.seeds.stage, ns, "c", first.seed_id, 1, 0, ["k20", "9"]))
+    out.append(await attempt(store.seeds.commit, ns, "c", first.seed_id, {0: 0, 1: 0}))
+    first = await store.seeds.begin(SeedSpec(ns, "c", 3, "string"))  # again, without it
+    await store.seeds.stage(ns, "c", first.seed_id, 0, 0, pairs[:40])
+    await store.seeds.stage(ns, "c", first.seed_id, 1, 0, pairs[40:])
+    done = await store.seeds.commit(ns, "c", first.seed_id, {0: 0, 1: 0})
+    out.append((done.tasks, done.keys, done.batch))
+    out.append(await state(3))
+    second = await store.seeds.begin(SeedSpec(ns, "c", 3, "string", batch=7, quiet_s=0))
+    await store.seeds.stage(ns, "c", second.seed_id, 0, 1, ["k1", "new", "extra", "1"])
+    done = await store.seeds.commit(ns, "c", second.seed_id, {0: 1})
+    out.append((done.tasks, done.keys, done.batch))
+    out.append(await state(3))
+    out.append(await attempt(store.seeds.begin, SeedSpec(ns, "c", 2, "string", quiet_s=0)))
+    third = await store.seeds.begin(SeedSpec(ns, "c", 2, "string", overwrite=True, quiet_s=0))
+    await store.seeds.stage(ns, "c", third.seed_id, 0, 0, ["a", "1", "b", "2"])
+    await store.seeds.stage(ns, "c", third.seed_id, 1, 0, ["b", "3"])
+    out.append(await attempt(store.seeds.commit, ns, "c", third.seed_id, {0: 0, 1: 0}))
+    out.append(await state(3))  # the duplicate wrote nothing
+    return out
+
+
+def test_seed_paths_agree(redis_server: RedisServer, namespace: str) -> None:
+    async def run() -> None:
+        redis_store = RedisBackend(redis_server.url)
+        try:
+            got = await _seed_story(redis_store, namespace)
+            want = await _seed_story(MemoryBackend(), namespace)
+            assert got == want
+            assert got[0] == "PARTITIONS" and got[1] == [(0, "PARTITIONS")]
+            # a duplicate undoes the write: its commit finds it gone
+            assert got[4] == "INVALID_ARGUMENT" and got[5] == "FENCED" and got[6] == (3, 40, -1)
+            assert got[8][0] == 3 and got[8][2] == 7 and got[10] == "PARTITIONS"
+            assert got[11] == "INVALID_ARGUMENT" and got[12] == got[9]
         finally:
             await redis_store.close()
 

@@ -14,8 +14,48 @@ def test_help_keeps_the_command_list_a_list(capsys: pytest.CaptureFixture[str]) 
     assert main(["--help"]) == 0
     text = capsys.readouterr().out
     for command in ("sidecar", "demo", "example", "spark-package", "ls | show"):
-        assert f"\n- `taskstate {command}" in text, text
+        assert f"\n- taskstate {command}" in text, text
     assert "taskstate.cli.admin" not in text  # a module path is no help to an operator
+    assert "`" not in text  # Markdown is no help on a terminal
+
+
+def help_text(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    with pytest.raises(SystemExit) as done:
+        main([*args, "--help"])
+    assert done.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_spark_package_help_keeps_its_list_a_list(capsys: pytest.CaptureFixture[str]) -> None:
+    text = help_text(capsys, "spark-package")
+    for item in ("DIR/taskstate-plugin.jar:", "DIR/taskstate-pyfiles.zip:", "with --pack-env,"):
+        assert f"\n- {item}" in text, text
+    assert "`" not in text
+
+
+def test_every_command_has_a_description_and_no_markdown(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for name in [n for n, _ in _parsers()] + ["taskstate spark-package"]:
+        command = name.removeprefix("taskstate ")
+        text = help_text(capsys, command)
+        assert "`" not in text, (name, text)
+        description = text.split("\n\n")[1]  # usage, then the description, then options
+        assert not description.startswith(("options:", "positional arguments:")), (name, text)
+        assert len(description.split()) >= 5, (name, description)
+
+
+def test_demo_and_example_help_show_every_default(capsys: pytest.CaptureFixture[str]) -> None:
+    parsers = dict(_parsers())
+    for name in ("taskstate demo", "taskstate example"):
+        text = " ".join(help_text(capsys, name.removeprefix("taskstate ")).split())
+        for a in parsers[name]._actions:
+            if a.help == argparse.SUPPRESS or not a.option_strings or a.dest == "help":
+                continue
+            if a.default in (None, ""):
+                assert "(default: " in (a.help or ""), (name, a.option_strings, a.help)
+            else:
+                assert f"default {a.default}" in text, (name, a.option_strings, text)
 
 
 def test_state_ahead_names_the_task_and_the_component_to_drop() -> None:

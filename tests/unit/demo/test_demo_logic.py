@@ -99,7 +99,7 @@ def test_demo_names_missing_extras_before_starting_anything(
     monkeypatch.setattr(demo, "orchestrate", lambda a: pytest.fail("the demo started"))
     assert demo.main(["--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
-    assert err == "taskstate demo needs matplotlib: pip install 'taskstate[spark,demo]'\n"
+    assert err == "taskstate demo: matplotlib missing: pip install 'taskstate[spark,demo]'\n"
     assert not (tmp_path / "out").exists()
     assert demo.missing_extras() == ["matplotlib"]
 

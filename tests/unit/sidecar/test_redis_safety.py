@@ -18,6 +18,7 @@ def server(
 def test_no_aof_and_no_snapshots_fails_and_says_what_to_set() -> None:
     c = persistence_check([server(aof=True), server(aof=False, save="")])
     assert not c.ok and "appendonly yes" in c.detail and "--allow-volatile-redis" in c.detail
+    assert "spark.taskstate.sidecar.extraArgs=--allow-volatile-redis" in c.detail
 
 
 def test_aof_passes_and_snapshots_alone_pass_with_what_a_crash_loses() -> None:

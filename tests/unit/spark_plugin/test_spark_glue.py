@@ -30,9 +30,27 @@ class FakeSparkContext:
         return self.props.get(key)
 
 
+class FakeConf:
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+
+class FakeRegistration:
+    def __init__(self) -> None:
+        self.sources: list[Any] = []
+
+    def register(self, cls: Any) -> None:
+        self.sources.append(cls)
+
+
 class FakeSpark:
     def __init__(self, **conf: str) -> None:
         self.sparkContext = FakeSparkContext(conf)
+        self.conf = FakeConf()
+        self.dataSource = FakeRegistration()
 
 
 def test_configure_sets_local_properties_tasks_read() -> None:
@@ -47,6 +65,13 @@ def test_configure_sets_local_properties_tasks_read() -> None:
     ctx = LocalContext(0, properties={k: v for k, v in props.items() if v})
     st = TaskState(ctx, component="c")
     assert st.config.namespace == "my-job" and st.config.sidecar == "unix:///x.sock"
+    # the taskstate data source, with the filter pushdown its reads use
+    assert [c.name() for c in spark.dataSource.sources] == ["taskstate"]
+    assert spark.dataSource.sources[0].defaults == {
+        "namespace": "my-job",
+        "sidecar": "unix:///x.sock",
+    }
+    assert spark.conf.values == {"spark.sql.python.filterPushdown.enabled": "true"}
 
 
 def test_configure_refuses_speculation_and_bad_names() -> None:

@@ -17,6 +17,9 @@ ALLOWED = {
     "demo": {"proto", "client", "sidecar", "spark_plugin", "testing"},
     "cli": {"proto", "client", "sidecar", "spark_plugin", "demo"},
 }
+# a part that may use one module of a part above the line: the data source starts a private
+# sidecar process for option redisUrl (as `taskstate --redis-url` does), nothing else of it
+NARROW = {("spark_plugin", "taskstate.sidecar.process")}
 
 
 def _modules() -> dict[str, Path]:
@@ -53,7 +56,8 @@ def test_each_part_imports_only_the_parts_below_it() -> None:
         part = name.split(".")[1]
         for target in _imports(name, f, module_level=False):
             other = target.split(".")[1]
-            if other != part and other not in ALLOWED[part]:
+            narrow = any(target.startswith(m) for p, m in NARROW if p == part)
+            if other != part and other not in ALLOWED[part] and not narrow:
                 wrong.append(f"{name} imports {target}")
     assert not wrong, wrong
 

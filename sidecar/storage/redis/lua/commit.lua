@@ -16,12 +16,15 @@
 --            (group-scoped commits, retries) add only keys not yet recorded, so a retried
 --            commit is idempotent.
 -- The change log (log): a hash, field <v> = the keys version v changed (a msgpack array,
--- as ARGV 6 brings it) and field #<v> = how many. Meta log_floor and log_ver say what it
+-- as ARGV 6 brings it), field #<v> = how many and field b<v> = the batch that wrote it
+-- (-1 in a batch job). Meta log_floor and log_ver say what it
 -- covers: every version in (log_floor, ver] is in it, provided log_ver = ver (a writer
 -- that bumps ver without logging, such as an import or an older sidecar, leaves log_ver
 -- behind, and the next logged commit starts the log afresh). Meta log_n counts its keys;
 -- past LOG_MAX(size) the oldest versions go, raising log_floor: a worker whose cached
--- version is below the floor restores in full. Logging costs one HSET of one string.
+-- version is below the floor restores in full. Meta log_floor_batch is the batch of the
+-- state at log_floor, so the log holds every key changed after that batch (a read of the
+-- changes since a batch, reads.py). Logging costs one HSET of one string.
 -- A batch in fields mode turns to copy mode when a later change set is as large (the
 -- data with the record applied is the state before the batch).
 -- Returns {version, size, base version (the version this change set was applied on)}.
@@ -31,7 +34,7 @@ local meta, data, undo, log = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local foreign = not_hashes({data, undo, log})  -- prelude.lua
 if foreign then return foreign end
 local m = redis.call('HMGET', meta, 'epoch', 'batch', 'undo_batch', 'pos', 'ver', 'gen',
-  'undo_mode', 'log_floor', 'log_ver', 'log_n')
+  'undo_mode', 'log_floor', 'log_ver', 'log_n', 'log_floor_batch')
 for i, name in ipairs({'epoch', 'batch', 'undo_batch', 'ver', 'log_floor', 'log_ver',
     'log_n'}) do
   local v = m[({1, 2, 3, 5, 8, 9, 10})[i]]
@@ -148,12 +151,15 @@ local vs = string.format('%d', ver)
 -- the change log: this change set's keys, at this version
 local floor = tonumber(m[8] or '0')
 local logged = tonumber(m[10] or '0')
+local floor_batch = m[11]
 if m[9] == false or tonumber(m[9]) ~= base then
   -- versions up to base were written without the log (or it never existed): start afresh
-  floor, logged = base, 0
+  floor, logged, floor_batch = base, 0, m[2] or '-1'
   redis.call('UNLINK', log)
 end
-redis.call('HSET', log, vs, ARGV[6], '#' .. vs, nchanges)
+local tag = '-1'
+if has_batch then tag = ARGV[2] end
+redis.call('HSET', log, vs, ARGV[6], '#' .. vs, nchanges, 'b' .. vs, tag)
 logged = logged + nchanges
 local size = redis.call('HLEN', data)
 local log_max = math.max(LOG_MIN, math.floor(size / LOG_FRACTION))
@@ -161,10 +167,17 @@ while logged > log_max and floor < ver do
   -- the oldest version goes; a worker holding a version below the new floor restores in full
   floor = floor + 1
   local old = string.format('%d', floor)
-  logged = logged - tonumber(redis.call('HGET', log, '#' .. old) or '0')
-  redis.call('HDEL', log, old, '#' .. old)
+  local gone = redis.call('HMGET', log, '#' .. old, 'b' .. old)
+  logged = logged - tonumber(gone[1] or '0')
+  floor_batch = gone[2]  -- false for a version logged before versions had batches
+  redis.call('HDEL', log, old, '#' .. old, 'b' .. old)
 end
 redis.call('HSET', meta, 'ver', vs, 'updated_at', ARGV[4], 'last_writer', ARGV[5],
   'size', string.format('%d', size), 'size_ver', vs,
   'log_floor', string.format('%d', floor), 'log_ver', vs, 'log_n', string.format('%d', logged))
+if floor_batch then
+  redis.call('HSET', meta, 'log_floor_batch', floor_batch)
+else
+  redis.call('HDEL', meta, 'log_floor_batch')
+end
 return {m[6] .. ':' .. vs, size, m[6] .. ':' .. string.format('%d', base)}

@@ -34,7 +34,9 @@ end
 local ver = tonumber(m[2] or '0')
 local nv = string.format('%d', ver + 1)
 if m[3] and tonumber(m[3]) == ver then
-  redis.call('HSET', log, nv, cmsgpack.pack({key}), '#' .. nv, 1)
+  -- logged as a change of the batch after the last written one: the job sees it from then
+  local tag = string.format('%d', tonumber(m[5] or '-1') + 1)
+  redis.call('HSET', log, nv, cmsgpack.pack({key}), '#' .. nv, 1, 'b' .. nv, tag)
   redis.call('HSET', meta, 'log_ver', nv, 'log_n', string.format('%d', tonumber(m[4] or '0') + 1))
 end
 if not m[8] then redis.call('DEL', edits) end  -- left by a task since replaced (import)

@@ -129,7 +129,7 @@ if has_batch and last == batch and last >= 0 then
     nrolled = #u / 2
     if logged then
       local nv = string.format('%d', newver)
-      redis.call('HSET', log, nv, cmsgpack.pack(undone), '#' .. nv, #undone)
+      redis.call('HSET', log, nv, cmsgpack.pack(undone), '#' .. nv, #undone, 'b' .. nv, ARGV[1])
       redis.call('HSET', meta, 'log_n',
         string.format('%d', tonumber(m[17] or '0') + #undone))
     end
@@ -153,7 +153,7 @@ if has_batch and last == batch and last >= 0 then
   else
     redis.call('UNLINK', log)
     redis.call('HSET', meta, 'log_floor', string.format('%d', newver),
-      'log_ver', string.format('%d', newver), 'log_n', '0')
+      'log_ver', string.format('%d', newver), 'log_n', '0', 'log_floor_batch', m[8] or '-1')
   end
   ver = newver
   rolled = 1
@@ -167,7 +167,9 @@ if edit_batch and (not has_batch or batch > tonumber(edit_batch)) then
   local nv = string.format('%d', newver)
   local lv = redis.call('HMGET', meta, 'log_ver', 'log_n')
   if #ks > 0 and tonumber(lv[1] or '-1') == ver then
-    redis.call('HSET', log, nv, cmsgpack.pack(ks), '#' .. nv, #ks)
+    local tag = ARGV[1]
+    if not has_batch then tag = '-1' end
+    redis.call('HSET', log, nv, cmsgpack.pack(ks), '#' .. nv, #ks, 'b' .. nv, tag)
     redis.call('HSET', meta, 'log_ver', nv, 'log_n',
       string.format('%d', tonumber(lv[2] or '0') + #ks))
   end

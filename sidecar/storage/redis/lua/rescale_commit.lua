@@ -33,7 +33,7 @@ redis.call('HSET', meta, 'layout', '1', 'epoch', string.format('%d', epoch), 'ge
   'ver', '1', 'codec', ARGV[7], 'batch', ARGV[3], 'partitions', ARGV[2],
   'rescaled_by', ARGV[1], 'rescaled_at', ARGV[6], 'updated_at', ARGV[6],
   'last_writer', 'taskstate rescale', 'size', string.format('%d', size), 'size_ver', '1',
-  'log_floor', '1', 'log_ver', '1', 'log_n', '0')
+  'log_floor', '1', 'log_ver', '1', 'log_n', '0', 'log_floor_batch', ARGV[3])
 if ARGV[4] ~= '' then
   -- a replay of the committed batch rolls back exactly what that batch changed
   redis.call('HSET', meta, 'undo_batch', ARGV[3], 'prev_batch', ARGV[4], 'undo_mode', 'fields',

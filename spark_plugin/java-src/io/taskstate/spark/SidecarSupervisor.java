@@ -33,6 +33,8 @@ public final class SidecarSupervisor implements ExecutorPlugin {
   private String redisUrl;
   private Path socket;
   private Path logFile;
+  private SidecarLog log; // forwards its warnings to the executor's log
+  private String python;
   private long startTimeoutSeconds;
   private String pythonPath;
   private volatile long generation = 0; // sidecars started so far (the flush barrier checks it)
@@ -55,7 +57,7 @@ public final class SidecarSupervisor implements ExecutorPlugin {
           "taskstate plugin: set spark.taskstate.redisUrl (for example "
               + "--conf spark.taskstate.redisUrl=redis://redis:6379/0)");
     }
-    String python = setting(conf, "spark.taskstate.python", "PYSPARK_PYTHON",
+    python = setting(conf, "spark.taskstate.python", "PYSPARK_PYTHON",
         conf.get("spark.pyspark.python", "python3"));
     Path runDir = Paths.get(setting(conf, "spark.taskstate.runDir", "TASKSTATE_RUN_DIR",
         "/tmp/taskstate-run"));
@@ -84,11 +86,16 @@ public final class SidecarSupervisor implements ExecutorPlugin {
       Files.createDirectories(runDir);
       RunDirCleaner.clean(runDir, TimeUnit.HOURS.toMillis(retentionHours),
           System.currentTimeMillis());
+      log = new SidecarLog(logFile);
       start();
     } catch (IOException | InterruptedException e) {
+      if (log != null) {
+        log.stop();
+      }
       throw new IllegalStateException("taskstate plugin: could not start the sidecar ("
-          + String.join(" ", command) + "): " + e.getMessage() + "; see " + logFile, e);
+          + String.join(" ", command) + "): " + e.getMessage(), e);
     }
+    log.follow(500);
     supervisor = new Thread(this::supervise, "taskstate-sidecar-supervisor");
     supervisor.setDaemon(true);
     supervisor.start();
@@ -127,7 +134,11 @@ public final class SidecarSupervisor implements ExecutorPlugin {
       String old = pb.environment().getOrDefault("PYTHONPATH", "");
       pb.environment().put("PYTHONPATH", old.isEmpty() ? pythonPath : pythonPath + ":" + old);
     }
+    // the sidecar writes its log itself (it outlives a killed executor); `log` forwards
+    // its warnings to the executor's log
     pb.redirectError(ProcessBuilder.Redirect.appendTo(logFile.toFile()));
+    long logStart = log.size();
+    long started = System.nanoTime();
     Process p = pb.start();
     CountDownLatch ready = new CountDownLatch(1);
     Thread reader = new Thread(() -> {
@@ -145,13 +156,43 @@ public final class SidecarSupervisor implements ExecutorPlugin {
     }, "taskstate-sidecar-stdout");
     reader.setDaemon(true);
     reader.start();
-    if (!ready.await(startTimeoutSeconds, TimeUnit.SECONDS)) {
-      p.destroyForcibly();
-      throw new IOException("the sidecar did not report ready within "
-          + startTimeoutSeconds + " s");
+    long deadline = started + TimeUnit.SECONDS.toNanos(startTimeoutSeconds);
+    // the child's exit ends the wait at once (a missing module, a bad option, Redis
+    // refusing the credentials): its log says why
+    while (!ready.await(50, TimeUnit.MILLISECONDS)) {
+      if (!p.isAlive()) {
+        reader.join(1000); // its last output, a ready line included, may still be in the pipe
+        if (ready.getCount() == 0) {
+          break;
+        }
+        log.forward();
+        double seconds = (System.nanoTime() - started) / 1e9;
+        throw new IOException(String.format("the sidecar exited with code %d after %.1f s, "
+            + "before it reported ready. %s", p.exitValue(), seconds, cause(logStart)));
+      }
+      if (System.nanoTime() > deadline) {
+        p.destroyForcibly();
+        log.forward();
+        throw new IOException("the sidecar did not report ready within " + startTimeoutSeconds
+            + " s (spark.taskstate.startTimeoutSeconds). " + cause(logStart));
+      }
     }
+    log.forward(); // its start-up warnings (a Redis without persistence, ...) now
     process = p;
     generation++;
+  }
+
+  /** The end of what the sidecar just wrote to its log, and the usual fix. */
+  private String cause(long logStart) {
+    String tail = log.tail(logStart, 12);
+    String out = "The end of its log (" + logFile + "):\n" + tail;
+    if (tail.contains("No module named")) {
+      out += "\nThe sidecar runs in spark.taskstate.python (" + python + "): that Python "
+          + "needs taskstate's dependencies (README, Install: the executors' pip install "
+          + "line, or taskstate spark-package --pack-env) and taskstate itself (--py-files "
+          + "taskstate-pyfiles.zip).";
+    }
+    return out;
   }
 
   private void supervise() {
@@ -214,6 +255,9 @@ public final class SidecarSupervisor implements ExecutorPlugin {
     }
     if (supervisor != null) {
       supervisor.interrupt();
+    }
+    if (log != null) {
+      log.stop();
     }
     new File(socket.toString()).delete();
   }

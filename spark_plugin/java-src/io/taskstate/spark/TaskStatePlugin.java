@@ -19,6 +19,12 @@ import org.apache.spark.api.plugin.SparkPlugin;
  * PYSPARK_PYTHON, then spark.pyspark.python, then python3), {@code spark.taskstate.runDir}
  * (default: TASKSTATE_RUN_DIR, then /tmp/taskstate-run), {@code spark.taskstate.sidecar.extraArgs}
  * (space separated), {@code spark.taskstate.startTimeoutSeconds} (default 60).
+ *
+ * <p>A sidecar that exits before it reports ready fails the executor at once, with the
+ * end of its log in the error (a missing module, a bad option, refused credentials); one
+ * that neither exits nor reports ready within startTimeoutSeconds, then. The sidecar logs
+ * to {@code <runDir>/jvm-<executor pid>.log}; its warnings and errors also go to the
+ * executor's own log.
  */
 public class TaskStatePlugin implements SparkPlugin {
 

@@ -1,0 +1,68 @@
+-- ReadChanges(task, since_batch): the keys changed after a committed batch, with their
+-- values now, without a claim, in one step (the data source's changesSinceBatch).
+-- KEYS: 1 meta, 2 data, 3 log
+-- ARGV: 1 the batch
+-- The change log (commit.lua) holds every version after log_floor when log_ver = ver, each
+-- with the batch that wrote it (b<v>); the state at log_floor was at log_floor_batch. So
+-- it answers for any batch >= log_floor_batch (-1 when the log starts at the beginning).
+-- A replayed batch's first run counts too: a key it changed and the rollback restored is
+-- named, with its value now.
+-- Returns {version, committed batch, 1, key1, value1 | '' (deleted), key2, ...}, or
+-- {version, committed batch, 0, oldest batch covered} when the log does not reach back.
+-- Errors: TSNOTASK, TSRESCALING <lock>. Reads only.
+local meta, data, log = KEYS[1], KEYS[2], KEYS[3]
+local m = redis.call('HMGET', meta, 'gen', 'ver', 'batch', 'rescale', 'log_floor', 'log_ver',
+  'log_floor_batch')
+if m[4] then return redis.error_reply('TSRESCALING ' .. m[4]) end
+if not m[1] then return redis.error_reply('TSNOTASK') end
+local ver = tonumber(m[2] or '0')
+local batch = tonumber(m[3] or '-1')
+local token = m[1] .. ':' .. string.format('%d', ver)
+local since = tonumber(ARGV[1])
+local floor = tonumber(m[5] or '0')
+local covered = batch  -- without a usable log: only "nothing changed after the last batch"
+if m[6] and tonumber(m[6]) == ver then
+  if floor == 0 then
+    covered = -1
+  elseif m[7] then
+    covered = tonumber(m[7])
+  end
+end
+if since < covered then
+  return {token, string.format('%d', batch), 0, string.format('%d', covered)}
+end
+local out = {token, string.format('%d', batch), 1}
+local CH = 2000
+local tags, fields = {}, {}
+for v = floor + 1, ver do tags[#tags + 1] = 'b' .. string.format('%d', v) end
+local wanted = {}
+for i = 1, #tags, CH do
+  local bs = redis.call('HMGET', log, unpack(tags, i, math.min(i + CH - 1, #tags)))
+  for j = 1, #bs do
+    local b = tonumber(bs[j] or '')
+    -- a version logged without its batch (an older sidecar) might be after `since`
+    if b == nil or b > since then wanted[#wanted + 1] = string.sub(tags[i + j - 1], 2) end
+  end
+end
+local seen, keys = {}, {}
+for i = 1, #wanted, CH do
+  for _, blob in ipairs(redis.call('HMGET', log, unpack(wanted, i, math.min(i + CH - 1, #wanted)))) do
+    if blob then
+      for _, k in ipairs(cmsgpack.unpack(blob)) do
+        if not seen[k] then
+          seen[k] = true
+          keys[#keys + 1] = k
+        end
+      end
+    end
+  end
+end
+for i = 1, #keys, CH do
+  local stop = math.min(i + CH - 1, #keys)
+  local vals = redis.call('HMGET', data, unpack(keys, i, stop))
+  for j = 1, #vals do
+    out[#out + 1] = keys[i + j - 1]
+    out[#out + 1] = vals[j] or ''
+  end
+end
+return out

@@ -1,0 +1,141 @@
+"""Claim-free reads of a task's committed state: whole, some keys, or what changed.
+
+They serve `taskstate show/export` and the data source (`spark.read.format("taskstate")`)
+and claim nothing, so they never fence a running attempt. Each answer is one committed
+version, ending with a last page that names it and its batch:
+
+- whole: HSCAN pages between two reads of the version token, which moves on every
+  commit and rollback; CHANGED when it moved (the caller reads again);
+- some keys: lua/read_keys.lua, one atomic step per page of keys, every page at the
+  version of the first (CHANGED otherwise);
+- changed since a batch: lua/read_changes.lua, one atomic step that names the keys from
+  the change log and reads their values; NOT_FOUND naming the oldest batch the log
+  covers when it does not reach back that far.
+
+Every read is refused (PARTITIONS) while a rescale or a write of the data source holds
+the task: what it holds is about to be replaced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import redis.exceptions as rex
+
+from taskstate.proto import codes
+
+from ... import errors
+from ...errors import SidecarError
+from ..values import ReadPage, TaskKey
+from .keys import task_keys
+from .replies import text
+from .routing import Connection
+from .scan import Scanner, ServerChangedError
+from .scripts import Refused, refusal
+
+KEYS_PER_STEP = 5000  # keys read in one atomic step of read_keys.lua
+
+
+class Reader:
+    """The claim-free reads (`AdminStore.read`) on one Redis connection."""
+
+    def __init__(self, conn: Connection, scanner: Scanner) -> None:
+        self._conn = conn
+        self._scanner = scanner
+
+    async def whole(
+        self, task: TaskKey, pattern: str | None, max_fields: int
+    ) -> AsyncIterator[ReadPage]:
+        """Every key (matching `pattern`), all of one version; CHANGED if a commit landed."""
+        meta, data = task_keys(task)[:2]
+        before = await self._head(task, meta)
+        try:
+            async for items in self._scanner.pages(data, max_fields, pattern, "read"):
+                yield ReadPage(list(items.items()))
+        except ServerChangedError:
+            pass  # another server answers now: what was sent may not be one version
+        else:
+            if await self._head(task, meta) == before:
+                yield ReadPage(last=True, version=before[0], batch=before[1])
+                return
+        raise SidecarError(
+            codes.CHANGED,
+            f"task {task.fq}: the state changed while it was read (a commit, a rollback or "
+            "a failover). What was sent is not one version: read it again.",
+        )
+
+    async def keys(self, task: TaskKey, keys: Sequence[str]) -> AsyncIterator[ReadPage]:
+        """Only `keys` (those present), at one version."""
+        meta, data = task_keys(task)[:2]
+        at = ""
+        version, batch = "", -1
+        for i in range(0, max(len(keys), 1), KEYS_PER_STEP):
+            page = keys[i : i + KEYS_PER_STEP]
+            try:
+                r = await self._script("read_keys", task, (meta, data), page, at=at)
+            except _MovedError:
+                raise SidecarError(
+                    codes.CHANGED,
+                    f"task {task.fq}: the state changed while its keys were read: read again.",
+                ) from None
+            version, batch = text(r[0]), int(r[1])
+            at = version.rpartition(":")[2]
+            found = [(k, v) for k, v in zip(page, r[2:], strict=True) if v is not None]
+            if found:
+                yield ReadPage(found)
+        yield ReadPage(last=True, version=version, batch=batch)
+
+    async def changes(
+        self, task: TaskKey, since_batch: int, max_fields: int
+    ) -> AsyncIterator[ReadPage]:
+        """The keys changed after `since_batch`: their values now, and the deleted ones."""
+        meta, data, _, log = task_keys(task)
+        r = await self._script("read_changes", task, (meta, data, log), (), since=str(since_batch))
+        version, batch = text(r[0]), int(r[1])
+        if not int(r[2]):
+            raise errors.not_covered(task.fq, since_batch, int(r[3]))
+        flat = r[3:]
+        items: list[tuple[Any, bytes]] = []
+        deletes: list[Any] = []
+        for k, v in zip(flat[0::2], flat[1::2], strict=True):
+            if v:
+                items.append((k, v))
+            else:
+                deletes.append(k)
+        for i in range(0, len(items), max_fields):
+            yield ReadPage(items[i : i + max_fields])
+        if deletes:
+            yield ReadPage(deletes=deletes)
+        yield ReadPage(last=True, version=version, batch=batch)
+
+    async def _head(self, task: TaskKey, meta: str) -> tuple[str, int]:
+        """(version token, committed batch); NOT_FOUND / PARTITIONS as the scripts refuse."""
+        client = self._conn.client
+        gen, ver, batch, lock = await self._conn.run(
+            "read", lambda: client.hmget(meta, "gen", "ver", "batch", "rescale")
+        )
+        if lock is not None:  # a placeholder of a write too: it holds the lock, no state
+            raise refusal(rex.ResponseError(f"TSRESCALING {text(lock)}"), Refused(task.fq, "read"))
+        if gen is None:
+            raise errors.not_found(task.fq, task.namespace)
+        return f"{text(gen)}:{text(ver) or '0'}", int(text(batch) or -1)
+
+    async def _script(
+        self, name: str, task: TaskKey, keys: Sequence[str], rest: Sequence[Any], **args: str
+    ) -> Any:
+        argv = self._conn.scripts[name].args(rest, **args)
+
+        async def call() -> Any:
+            return await self._conn.evalsha(name, keys, argv)
+
+        try:
+            return await self._conn.run("read", call)
+        except rex.ResponseError as exc:
+            if str(exc).startswith("TSMOVED"):
+                raise _MovedError from None
+            raise refusal(exc, Refused(task.fq, name)) from None
+
+
+class _MovedError(Exception):
+    """The state moved past the version of an earlier page of the same read."""

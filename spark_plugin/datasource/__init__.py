@@ -1,0 +1,16 @@
+"""The `taskstate` PySpark data source: a component's state as a DataFrame, and back.
+
+    spark.dataSource.register(TaskStateDataSource)      # configure(spark, ...) does it
+    df = spark.read.format("taskstate").option("namespace", "shop").option("component",
+        "totals").load()                                 # partition, key, value, batch
+    seed.write.format("taskstate").option("namespace", "shop").option("component",
+        "totals").option("partitions", 8).mode("overwrite").save()
+
+Reads are consistent per task (one committed version each); writes are all or nothing
+for the component. docs/spark-apis.md, "State as data", has the options and guarantees.
+Needs pyspark and pyarrow (the `[spark]` extra).
+"""
+
+from .source import TaskStateDataSource
+
+__all__ = ["TaskStateDataSource"]

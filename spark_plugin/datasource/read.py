@@ -1,0 +1,280 @@
+"""Reading a component's state: one Spark partition per task, each one committed version.
+
+`partitions()` (on the driver) first settles an abandoned write of the component, lists
+its tasks (NOT_FOUND when it has none), refuses tasks a rescale or a write holds, keeps
+those a pushed `partition` filter selects, and with option batchId refuses tasks at
+another batch. `read()` (in a Spark task) streams the task's state from the sidecar in
+pages; because a commit may land meanwhile, pages past the first are spilled to a local
+file until the last chunk says the read was one version (else it reads again): memory
+stays bounded by a page, and no row of a half-read version reaches Spark. A `key = ...`
+or `key IN (...)` filter reads only those keys, in one step.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+import msgpack
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+
+from taskstate.client import (
+    ConfigError,
+    NotFoundError,
+    PartitionCountError,
+    SidecarUnavailableError,
+    StateChangedError,
+)
+from taskstate.client.admin import READ_ATTEMPTS
+from taskstate.proto import ids
+from taskstate.proto import taskstate_pb2 as pb
+
+from .connect import client_for, unreachable
+from .options import FORMAT, Options
+
+READ_SCHEMA = "partition int, key string, value string, batch long"
+_LEN = struct.Struct("<II")  # a spilled chunk: the sizes of its packed entries and deletes
+
+
+@dataclass(frozen=True)
+class TaskPartition(InputPartition):
+    """One task to read (and, with a key filter, only these keys)."""
+
+    partition: int
+    keys: tuple[str, ...] | None = None
+
+
+class Reader(DataSourceReader):
+    """Every key of the component's tasks (no filter is pushed down)."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.only_partitions: set[int] | None = None
+        self.partition_bounds: list[tuple[str, int]] = []
+        self.only_keys: tuple[str, ...] | None = None
+
+    def partitions(self) -> Sequence[InputPartition]:
+        """One input partition per task of the component (on the driver)."""
+        o = self.options
+        try:
+            client = client_for(o)
+            for note in client.settle(o.namespace, o.component):
+                print(f"{FORMAT} data source: {note}", flush=True)
+            tasks = client.tasks(o.namespace, o.component)
+        except SidecarUnavailableError as exc:
+            raise unreachable(o, exc) from None
+        if not tasks and client.describe(f"{o.where}/0").rescaling:
+            raise PartitionCountError(
+                f"{FORMAT} data source: {o.where}: a write of the taskstate data source holds "
+                "it and has not finished; nothing was read. Read once it has ended (the next "
+                "read, Open or `taskstate` command after its lease undoes a write whose job died)."
+            )
+        if not tasks:
+            raise NotFoundError(
+                f"{FORMAT} data source: {o.where} has no stored state (`taskstate ls "
+                f"{o.namespace}` lists the components that have)"
+            )
+        held = [
+            ids.fq_task_id(o.namespace, o.component, t.task.partition) for t in tasks if t.rescaling
+        ]
+        if held:
+            raise PartitionCountError(
+                f"{FORMAT} data source: {', '.join(held[:5])} are held by a `taskstate rescale` "
+                "or a write of the taskstate data source that has not finished; nothing was "
+                "read. Read once it has ended."
+            )
+        chosen = [t for t in tasks if self._selects(t.task.partition)]
+        if o.batch_id is not None:
+            others = [(t.task.partition, t.committed_batch) for t in chosen
+                      if t.committed_batch != o.batch_id]  # fmt: skip
+            if others:
+                listed = ", ".join(f"{o.where}/{p} at batch {b}" for p, b in others[:10])
+                raise ConfigError(
+                    f"{FORMAT} data source: batchId={o.batch_id}, but {listed}"
+                    f"{' and more' if len(others) > 10 else ''}. Nothing was read. Read while "
+                    "the query is stopped at that batch, or without batchId (the column "
+                    "`batch` says each task's)."
+                )
+        return [TaskPartition(t.task.partition, self.only_keys) for t in chosen]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The task's rows, all of one committed version (in a Spark task)."""
+        assert isinstance(partition, TaskPartition)  # noqa: S101 - ours, from partitions()
+        o = self.options
+        task = pb.TaskId(
+            namespace=o.namespace, component=o.component, partition=partition.partition
+        )
+        request = pb.ReadRequest(task=task, packed=True)
+        if partition.keys is not None:
+            request.keys.extend(partition.keys)
+        if o.changes_since_batch is not None:
+            request.changes_since_batch = o.changes_since_batch
+        spill, batch = _read_once(o, request)
+        fq = ids.fq_task_id(o.namespace, o.component, partition.partition)
+        if o.batch_id is not None and batch != o.batch_id:
+            spill.close()
+            raise ConfigError(
+                f"{FORMAT} data source: batchId={o.batch_id}, but task {fq} is at batch {batch} "
+                "now (the query committed meanwhile). Read while it is stopped at that batch."
+            )
+        yield from self._batches(spill, partition.partition, batch)
+
+    def _batches(self, spill: _Spill, partition: int, batch: int) -> Iterator[pa.RecordBatch]:
+        for packed, _ in spill:
+            flat = msgpack.unpackb(packed, raw=True) if packed else []
+            if flat:
+                yield _rows(partition, flat[0::2], flat[1::2], batch)
+
+    def _selects(self, partition: int) -> bool:
+        if self.only_partitions is not None and partition not in self.only_partitions:
+            return False
+        for op, bound in self.partition_bounds:
+            if not {"gt": partition > bound, "ge": partition >= bound, "lt": partition < bound,
+                    "le": partition <= bound}[op]:  # fmt: skip
+                return False
+        return True
+
+
+class PushdownReader(Reader):
+    """A Reader to which Spark pushes `partition` filters and `key = / IN` filters.
+
+    Needs spark.sql.python.filterPushdown.enabled=true (configure() sets it).
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 - Spark's
+        """Take the filters on `partition` and on `key` equality; Spark keeps the rest."""
+        for f in filters:
+            column = f.attribute if hasattr(f, "attribute") else ()
+            if column == ("partition",) and isinstance(f, EqualTo | In):
+                values = {int(v) for v in (f.value if isinstance(f, In) else [f.value])}
+                self.only_partitions = values if self.only_partitions is None else (
+                    self.only_partitions & values)  # fmt: skip
+            elif column == ("partition",) and isinstance(
+                f, GreaterThan | GreaterThanOrEqual | LessThan | LessThanOrEqual
+            ):
+                op = {GreaterThan: "gt", GreaterThanOrEqual: "ge", LessThan: "lt",
+                      LessThanOrEqual: "le"}[type(f)]  # fmt: skip
+                self.partition_bounds.append((op, int(f.value)))
+            elif column == ("key",) and isinstance(f, EqualTo | In):
+                keys = tuple(str(v) for v in (f.value if isinstance(f, In) else [f.value]))
+                if self.only_keys is not None:
+                    keys = tuple(k for k in keys if k in self.only_keys)
+                self.only_keys = tuple(dict.fromkeys(keys))
+            else:
+                yield f
+
+
+class ChangesReader(Reader):
+    """The keys changed after option changesSinceBatch, with a `deleted` column."""
+
+    def _batches(self, spill: _Spill, partition: int, batch: int) -> Iterator[pa.RecordBatch]:
+        for packed, deletes in spill:
+            flat = msgpack.unpackb(packed, raw=True) if packed else []
+            if flat:
+                yield _rows(partition, flat[0::2], flat[1::2], batch, deleted=False)
+            gone = msgpack.unpackb(deletes, raw=True) if deletes else []
+            if gone:
+                yield _rows(partition, gone, [None] * len(gone), batch, deleted=True)
+
+
+def _rows(
+    partition: int, keys: list[Any], values: list[Any], batch: int, deleted: bool | None = None
+) -> pa.RecordBatch:
+    n = len(keys)
+    arrays = [
+        pa.array([partition] * n, pa.int32()),
+        pa.array(keys, pa.string()),
+        pa.array(values, pa.string()),
+        pa.array([batch] * n, pa.int64()),
+    ]
+    names = ["partition", "key", "value", "batch"]
+    if deleted is not None:
+        arrays.append(pa.array([deleted] * n, pa.bool_()))
+        names.append("deleted")
+    return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def _read_once(options: Options, request: pb.ReadRequest) -> tuple[_Spill, int]:
+    """One consistent read of a task: its chunks (spilled past the first) and its batch."""
+    fq = ids.fq_task_id(request.task.namespace, request.task.component, request.task.partition)
+    try:
+        client = client_for(options)
+        for attempt in range(READ_ATTEMPTS):
+            spill = _Spill()
+            try:
+                for chunk in client.read_chunks(request):
+                    if chunk.last:
+                        spill.rewind()
+                        return spill, chunk.committed_batch
+                    spill.add(chunk.packed, chunk.packed_deletes)
+            except StateChangedError:
+                spill.close()
+                if attempt == READ_ATTEMPTS - 1:
+                    raise
+                client.read_again(attempt, fq)
+    except SidecarUnavailableError as exc:
+        raise unreachable(options, exc) from None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+class _Spill:
+    """A read's chunks: the first in memory, the rest in a temporary file, read back once."""
+
+    def __init__(self) -> None:
+        self._first: tuple[bytes, bytes] | None = None
+        self._file: IO[bytes] | None = None
+
+    def add(self, packed: bytes, deletes: bytes) -> None:
+        if self._first is None:
+            self._first = (packed, deletes)
+            return
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix="taskstate-read-", dir=_spill_dir())
+        self._file.write(_LEN.pack(len(packed), len(deletes)))
+        self._file.write(packed)
+        self._file.write(deletes)
+
+    def rewind(self) -> None:
+        if self._file is not None:
+            self._file.flush()
+            self._file.seek(0)
+
+    def __iter__(self) -> Iterator[tuple[bytes, bytes]]:
+        try:
+            if self._first is not None:
+                yield self._first
+                self._first = None
+            while self._file is not None:
+                head = self._file.read(_LEN.size)
+                if not head:
+                    break
+                a, b = _LEN.unpack(head)
+                yield self._file.read(a), self._file.read(b)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _spill_dir() -> str | None:
+    """Spark's local directory of this executor, where it spills too (else the default)."""
+    dirs = os.environ.get("SPARK_LOCAL_DIRS", "")
+    return dirs.split(",")[0] or None
