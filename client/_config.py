@@ -1,4 +1,9 @@
-"""TaskState settings, resolved once: argument > environment > Spark local property > default."""
+"""TaskState settings, resolved once: argument > environment > Spark local property > default.
+
+The Spark local properties are those `taskstate.spark_plugin.configure` sets: `taskstate.X`
+on a classic session, the SQL conf `spark.taskstate.X` on a Spark Connect session (Spark
+hands SQL confs to tasks as local properties); the first wins where both are present.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from dataclasses import dataclass
 from taskstate.proto import ids
 from taskstate.proto.durability import Durability
 
-from ._context import NAMESPACE_PROPERTY, SIDECAR_PROPERTY
+from ._context import NAMESPACE_CONF, NAMESPACE_PROPERTY, SIDECAR_CONF, SIDECAR_PROPERTY
 from ._errors import ConfigError
 from ._security import SidecarSecurity
 
@@ -169,7 +174,12 @@ class TaskStateConfig:
         that the executor plugin started for this worker's executor.
         """
         env = os.environ if env is None else env
-        ns = namespace or env.get(ENV_NAMESPACE) or local_property(NAMESPACE_PROPERTY)
+        ns = (
+            namespace
+            or env.get(ENV_NAMESPACE)
+            or local_property(NAMESPACE_PROPERTY)
+            or local_property(NAMESPACE_CONF)
+        )
         if not ns:
             raise ConfigError(
                 f"no namespace for component {component!r}: pass namespace=... or set "
@@ -185,7 +195,7 @@ class TaskStateConfig:
         if codec not in CODECS:
             raise ConfigError(f"codec {codec!r} is not one of {', '.join(CODECS)}")
         target = sidecar or env.get(ENV_SIDECAR) or local_property(SIDECAR_PROPERTY)
-        target = target or plugin_sidecar(env) or DEFAULT_SIDECAR
+        target = target or local_property(SIDECAR_CONF) or plugin_sidecar(env) or DEFAULT_SIDECAR
         grpc_target(target)
         max_message = _int_env(env, ENV_MAX_MESSAGE, 64 << 20, minimum=1 << 16)
         cache_tasks = _int_env(env, ENV_CACHE_TASKS, 16, minimum=0)

@@ -14,14 +14,28 @@ from taskstate.proto import ids
 from ._errors import ConfigError
 
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
+# What spark_plugin.configure and with_batch_id set, read by tasks. Two spellings, one
+# meaning: a classic session sets local properties (`taskstate.*`, per thread); a Spark
+# Connect session sets SQL confs (`spark.taskstate.*`), which Spark hands every
+# SQL-planned task as local properties (docs/design-notes.md, "Spark Connect"). The
+# `taskstate.*` spelling wins where both are present: it is the more specific one.
 BATCH_ID_OVERRIDE = "taskstate.batchId"  # set by spark_plugin.with_batch_id (foreachBatch)
+BATCH_ID_CONF = "spark.taskstate.batchId"  # the same, in a Connect foreachBatch
 NAMESPACE_PROPERTY = "taskstate.namespace"
+NAMESPACE_CONF = "spark.taskstate.namespace"
 SIDECAR_PROPERTY = "taskstate.sidecar"
+SIDECAR_CONF = "spark.taskstate.sidecar"
 # The application a task attempt belongs to, first found wins (see attempt_scope):
 APP_ID_PROPERTY = "spark.app.id"  # Spark sets it on SQL-planned tasks (pandas UDFs, ...)
 APP_OVERRIDE = "taskstate.app"  # set by spark_plugin.configure: covers RDD tasks too
+APP_CONF = "spark.taskstate.app"  # the same, set by configure on a Connect session
 QUERY_ID_PROPERTY = "sql.streaming.queryId"
 JOB_GROUP_PROPERTY = "spark.jobGroup.id"  # a streaming query's run id (new on each start)
+# Spark sets this SQL conf on the session of every streaming query it runs
+# (StreamExecution.runStream; internal, "DO NOT USE THIS CONFIG DIRECTLY"), and SQL
+# confs reach the tasks: a task that carries it belongs to a streaming query, also when
+# it carries no batch id (the jobs of a Spark Connect foreachBatch function).
+STREAMING_SESSION_CONF = "spark.sql.streaming.internal.stateStore.partitions"
 
 _local_attempts = itertools.count(-1, -1)  # negative: never collides with Spark's ids
 _PROCESS_SCOPE = f"process-{uuid.uuid4().hex[:16]}"
@@ -77,7 +91,7 @@ class LocalContext:
 
     def getLocalProperty(self, key: str) -> str | None:  # noqa: N802
         """Spark local properties; the batch id under `streaming.sql.batchId`."""
-        if key == BATCH_ID_OVERRIDE:
+        if key in (BATCH_ID_OVERRIDE, BATCH_ID_CONF):
             return self.properties.get(key)
         if key == BATCH_ID_PROPERTY:
             return None if self.batch_id is None else str(self.batch_id)
@@ -94,6 +108,9 @@ class TaskIdentity:
     batch: int | None
     attempt: int
     attempt_id: str  # SCOPE:N, the same in every process serving the attempt
+    # the local property that shows the task belongs to a streaming query (None: it does
+    # not, or it has a batch id); TaskState refuses to open such a task (check_batch)
+    streaming_without_batch: str | None = None
 
     @property
     def task_attempt(self) -> int:
@@ -127,14 +144,21 @@ def current_context(ctx: Any | None) -> Any:
 
 
 def identity(ctx: Any) -> TaskIdentity:
-    """Read partition, batch id and attempt from a TaskContext-like object."""
+    """Read partition, batch id and attempt from a TaskContext-like object.
+
+    Also notes a task of a streaming query that has no batch id, which TaskState refuses
+    (`check_batch`).
+    """
     try:
         partition = int(ctx.partitionId())
         attempt = int(ctx.attemptNumber())
         attempt_id = f"{attempt_scope(ctx)}:{int(ctx.taskAttemptId())}"
-        raw_batch = ctx.getLocalProperty(BATCH_ID_OVERRIDE) or ctx.getLocalProperty(
-            BATCH_ID_PROPERTY
-        )
+        raw_batch, where = None, BATCH_ID_PROPERTY
+        for key in (BATCH_ID_OVERRIDE, BATCH_ID_CONF, BATCH_ID_PROPERTY):
+            raw_batch, where = ctx.getLocalProperty(key), key
+            if raw_batch not in (None, ""):
+                break
+        streaming = _streaming_signal(ctx)
     except AttributeError as exc:
         raise ConfigError(
             f"ctx {ctx!r} is not a task context: pass pyspark.TaskContext.get() or "
@@ -145,10 +169,37 @@ def identity(ctx: Any) -> TaskIdentity:
         try:
             batch = int(str(raw_batch))
         except ValueError as exc:
-            raise ConfigError(
-                f"local property {BATCH_ID_PROPERTY}={raw_batch!r} is not an integer"
-            ) from exc
-    return TaskIdentity(partition, batch, attempt, attempt_id)
+            raise ConfigError(f"local property {where}={raw_batch!r} is not an integer") from exc
+        streaming = None
+    return TaskIdentity(partition, batch, attempt, attempt_id, streaming)
+
+
+def _streaming_signal(ctx: Any) -> str | None:
+    """The local property that shows a task belongs to a streaming query, if one does."""
+    for key in (QUERY_ID_PROPERTY, STREAMING_SESSION_CONF):
+        if ctx.getLocalProperty(key) not in (None, ""):
+            return key
+    return None
+
+
+def check_batch(ident: TaskIdentity, component: str) -> None:
+    """Refuse a task of a streaming query that has no micro-batch id; nothing is opened.
+
+    Without a batch id its commits would be plain checkpoints (a batch job's), and Spark's
+    replay of an uncommitted batch would count it twice.
+    """
+    signal = ident.streaming_without_batch
+    if signal is None:
+        return
+    raise ConfigError(
+        f"component {component!r}, partition {ident.partition}: this task belongs to a "
+        f"streaming query (local property {signal}) but has no micro-batch id, so a "
+        "replayed batch could not be rolled back. This is a foreachBatch function's job "
+        "under Spark Connect (Spark gives its jobs, and the query's own steps its DataFrame "
+        "runs, no streaming.sql.batchId). Operator action: wrap the foreachBatch function "
+        "with taskstate.spark_plugin.with_batch_id (`@with_batch_id def each(df, "
+        "batch_id): ...`). Nothing was opened or written."
+    )
 
 
 def attempt_scope(ctx: Any) -> str:
@@ -161,8 +212,9 @@ def attempt_scope(ctx: Any) -> str:
 
     1. `spark.app.id`: Spark (4.x) sets it on SQL-planned tasks: mapInPandas,
        applyInPandasWithState, transformWithState(InPandas), pandas UDFs;
-    2. `taskstate.app`: set by `taskstate.spark_plugin.configure` (the application id),
-       which covers RDD tasks (`df.rdd.mapPartitions`, `foreachPartition`) of its jobs;
+    2. `taskstate.app` (`spark.taskstate.app` on a Connect session): set by
+       `taskstate.spark_plugin.configure` (the application id), which covers RDD tasks
+       (`df.rdd.mapPartitions`, `foreachPartition`) of its jobs;
     3. a streaming query's run id (`spark.jobGroup.id` beside `sql.streaming.queryId`):
        new on each start of the query;
     4. the executor's `SPARK_LOCAL_DIRS`, which Spark gives every Python worker: a
@@ -175,7 +227,7 @@ def attempt_scope(ctx: Any) -> str:
         value = ctx.getLocalProperty(key)
         return str(value) if value else None
 
-    found = prop(APP_ID_PROPERTY) or prop(APP_OVERRIDE)
+    found = prop(APP_ID_PROPERTY) or prop(APP_OVERRIDE) or prop(APP_CONF)
     if found is None and prop(QUERY_ID_PROPERTY):
         found = prop(JOB_GROUP_PROPERTY)
     if found is None and os.environ.get("SPARK_LOCAL_DIRS"):

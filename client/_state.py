@@ -32,7 +32,7 @@ from ._changes import MISSING, REENCODE, SCALARS, is_mutable
 from ._codec import CODECS, JsonCodec
 from ._commit import Committer
 from ._config import TaskStateConfig
-from ._context import current_context, identity
+from ._context import check_batch, current_context, identity
 from ._errors import ConfigError, TaskStateError
 from ._reads import LOAD_REST, Reads
 from ._session import Claims, OpenInfo, Session, writer_of
@@ -97,6 +97,7 @@ class TaskState(MutableMapping[str, Any]):
     ) -> None:
         self._ctx = current_context(ctx)
         self._ident = identity(self._ctx)
+        check_batch(self._ident, component)
         self.config = TaskStateConfig.resolve(
             component=component,
             namespace=namespace,

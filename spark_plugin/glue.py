@@ -1,6 +1,7 @@
 """Driver-side setup and helpers for the Spark APIs that run TaskState in tasks.
 
-- `configure(spark, namespace=..., sidecar=...)`: what tasks need, set once on the driver.
+- `configure(spark, namespace=..., sidecar=...)`: what tasks need, set once on the driver
+  (a classic session or a Spark Connect one: connect.py).
 - `with_batch_id(fn)`: wrap a foreachBatch function so its tasks see its batch id.
 - `resume(items, state, every=N)`: skip what a batch task already checkpointed.
 """
@@ -21,38 +22,58 @@ from taskstate.client._context import (
 )
 from taskstate.proto import ids
 
+from .connect import SPECULATION, call_with_batch_id, is_connect
+from .connect import configure as configure_connect
+
 T = TypeVar("T")
 
 
-def configure(spark: Any, *, namespace: str, sidecar: str | None = None) -> None:
+def configure(
+    spark: Any, *, namespace: str, sidecar: str | None = None, check: bool = True
+) -> None:
     """Set the namespace (and optionally the sidecar address) for every task of `spark`.
 
-    Sets Spark local properties, which tasks read through their TaskContext. Local
-    properties belong to the calling thread and are inherited by the threads it starts,
-    so call this before `writeStream.start()` (or before the batch actions), in the same
-    thread. Also records the application id (`taskstate.app`), so that every task, RDD
-    tasks included, names its attempt uniquely across driver restarts.
+    Classic session: sets Spark local properties, which tasks read through their
+    TaskContext. Local properties belong to the calling thread and are inherited by the
+    threads it starts, so call this before `writeStream.start()` (or before the batch
+    actions), in the same thread.
 
-    Refuses speculative execution (`spark.speculation=true`): a speculative copy of a
-    stateful task that opens the task and is then killed would leave the batch rolled
-    back while Spark keeps the other copy's output.
+    Spark Connect session: sets the session's SQL confs `spark.taskstate.namespace`,
+    `.app` and `.sidecar`, which Spark hands every task of the session as local
+    properties. A streaming query copies them when it starts: call this before
+    `writeStream.start()`; a later call changes only the queries started after it.
+    With `check` (the default), runs one task on the server and raises ConfigError naming
+    what the server lacks (the taskstate package, a sidecar or the executor plugin, a
+    namespace its tasks see).
 
-    Registers the `taskstate` data source (`spark.read.format("taskstate")`), with the
-    namespace and sidecar as its default options, and turns on the filter pushdown of
-    Python data sources (`spark.sql.python.filterPushdown.enabled`) that its reads use.
+    Both record the application id (`taskstate.app`), so that every task, RDD tasks
+    included, names its attempt uniquely across driver restarts, and both refuse
+    speculative execution (`spark.speculation=true`): a speculative copy of a stateful
+    task that opens the task and is then killed would leave the batch rolled back while
+    Spark keeps the other copy's output.
+
+    A classic session also gets the `taskstate` data source (`spark.read.format(
+    "taskstate")`), registered with the namespace and sidecar as its default options, and
+    the filter pushdown of Python data sources (`spark.sql.python.filterPushdown.enabled`)
+    that its reads use. A Connect session does not, yet.
     """
     problem = ids.name_problem("namespace", namespace)
     if problem:
         raise ConfigError(problem)
     if sidecar is not None:
         grpc_target(sidecar)
+    if is_connect(spark):
+        configure_connect(spark, namespace, sidecar, check)
+    else:
+        _configure_classic(spark, namespace, sidecar)
+    # what both kinds of session get alike (session-level registrations) goes here
+
+
+def _configure_classic(spark: Any, namespace: str, sidecar: str | None) -> None:
+    """Local properties of the calling thread (a classic session has a SparkContext)."""
     conf = spark.sparkContext.getConf()
     if conf.get("spark.speculation", "false").strip().lower() == "true":
-        raise ConfigError(
-            "spark.speculation=true runs two copies of a task at once; for a stateful task "
-            "the copy Spark abandons can leave its batch rolled back. Operator action: set "
-            "spark.speculation=false for jobs that use taskstate."
-        )
+        raise ConfigError(SPECULATION)
     sc = spark.sparkContext
     sc.setLocalProperty(NAMESPACE_PROPERTY, namespace)
     sc.setLocalProperty(APP_OVERRIDE, sc.applicationId)
@@ -78,11 +99,20 @@ def with_batch_id(fn: Callable[[Any, int], T]) -> Callable[[Any, int], T]:
     Spark passes the micro-batch id to a foreachBatch function explicitly; this puts it
     in the `taskstate.batchId` local property for the jobs the function runs, so a
     replayed batch (same id after a restart) rolls back before it is applied again.
+
+    Under Spark Connect the function runs in a Python process of the server, and its
+    jobs (the query's own steps that `df` runs included) carry no batch id of Spark's: a
+    TaskState block there refuses to open without this wrapper. The wrapper sets the
+    SQL conf `spark.taskstate.batchId` on `df.sparkSession`, the session Spark cloned
+    for this query, for the duration of the call.
     """
 
     @functools.wraps(fn)
     def wrapper(df: Any, batch_id: int) -> T:
-        sc = df.sparkSession.sparkContext
+        session = df.sparkSession
+        if is_connect(session):
+            return call_with_batch_id(session, batch_id, fn, df)
+        sc = session.sparkContext
         previous = sc.getLocalProperty(BATCH_ID_OVERRIDE)
         sc.setLocalProperty(BATCH_ID_OVERRIDE, str(int(batch_id)))
         try:

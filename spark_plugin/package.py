@@ -9,6 +9,9 @@ Writes:
 - with `--pack-env`, `DIR/taskstate-env.tar.gz`: the executors' Python environment
   (grpcio and friends are compiled and cannot ride in a zip), without pyspark, for
   `--archives ...#taskstate-env` (pack_env.py).
+
+It prints the spark-submit flags; with `--connect`, the flags of a Spark Connect server
+(`start-connect-server.sh`) instead, and how the Python code reaches a Connect server.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 JAR_NAME = "taskstate-plugin.jar"
 ZIP_NAME = "taskstate-pyfiles.zip"
 PLUGIN_CLASS = "io.taskstate.spark.TaskStatePlugin"
+CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 # the example job (demo/) rides along: `taskstate example` on a cluster pickles its functions
 SUBPACKAGES = ("client", "sidecar", "proto", "spark_plugin", "demo", "cli", "testing")
 
@@ -141,6 +145,30 @@ def submit_flags(out_dir: Path, redis_url: str, env: Path | None) -> list[str]:
     return flags
 
 
+def connect_server_flags(out_dir: Path, redis_url: str, env: Path | None) -> list[str]:
+    """The flags of a Spark Connect server's start command (start-connect-server.sh).
+
+    No `--py-files`: a Connect session's Python workers do not see the server's
+    (seen on Spark 4.3); the server's Python has taskstate installed instead, or a
+    client ships the zip with `spark.addArtifacts` (connect_python_notes).
+    """
+    return [f for f in submit_flags(out_dir, redis_url, env) if not f.startswith("--py-files")]
+
+
+def connect_python_notes(out_dir: Path) -> list[str]:
+    """How the Python code reaches a Connect server's workers (docs/spark-apis.md)."""
+    return [
+        "the server's Python (its executors' workers, the plugin's sidecar, and the "
+        "Python process that runs foreachBatch functions) must import taskstate: "
+        "pip install taskstate there (or use --pack-env for the executors)",
+        "task code alone (no foreachBatch function that uses taskstate) can also get it "
+        "from the client: spark.addArtifacts("
+        f"'{out_dir / ZIP_NAME}', pyfile=True)",
+        "in the client: taskstate.spark_plugin.configure(spark, namespace='my-job') "
+        "checks the server and names what it lacks",
+    ]
+
+
 def client_mode_flags(env: Path | None) -> list[str]:
     """What client mode adds: the driver runs here, where ./taskstate-env does not exist."""
     if env is None:
@@ -174,6 +202,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="redis://REDIS-HOST:6379/0",
         help="only used to print the spark-submit flags",
     )
+    p.add_argument(
+        "--connect",
+        action="store_true",
+        help="print the flags of a Spark Connect server (start-connect-server.sh) instead",
+    )
     ns = p.parse_args(argv)
     out_dir = Path(ns.out)
     try:
@@ -193,6 +226,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (PackageError, PackEnvError, OSError) as exc:
         print(f"taskstate spark-package: {exc}", file=sys.stderr)
         return 1
+    if ns.connect:
+        flags = connect_server_flags(out_dir, ns.redis_url, env)
+        print("\nSpark Connect server flags (start-connect-server.sh, or spark-submit --class "
+              f"{CONNECT_SERVER_CLASS} spark-internal):\n  " + " \\\n  ".join(flags))  # fmt: skip
+        print("Python code:\n  - " + "\n  - ".join(connect_python_notes(out_dir)))
+        return 0
     print("\nspark-submit flags:\n  " + " \\\n  ".join(submit_flags(out_dir, ns.redis_url, env)))
     if env is not None:
         print("in client mode (the driver runs here), also:\n  " + "\n  ".join(

@@ -149,3 +149,23 @@ def to_json_files(df: Any, tmp: Path) -> Any:
         .option("checkpointLocation", str(tmp / "ck"))
         .start()
     )
+
+
+@pytest.fixture(scope="session")
+def connect_server(spark_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One Spark Connect server for every Connect test of the session (it takes ~13 s to
+    start): `local[2,4]` (task retries), no executor plugin (the tests pass their
+    sidecar to configure()), the executors' Python this venv's, with taskstate installed,
+    as the docs' "the server's environment"; its URL."""
+    import importlib.util
+
+    from .connect_server import ConnectServer
+
+    for module in ("grpc_status", "google.rpc", "zstandard"):
+        if importlib.util.find_spec(module) is None:
+            _require(module, "pip install 'taskstate[spark]' (the Spark Connect client)")
+    server = ConnectServer(tmp_path_factory.mktemp("connect")).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
