@@ -52,10 +52,9 @@ def configure(
     task that opens the task and is then killed would leave the batch rolled back while
     Spark keeps the other copy's output.
 
-    A classic session also gets the `taskstate` data source (`spark.read.format(
-    "taskstate")`), registered with the namespace and sidecar as its default options, and
-    the filter pushdown of Python data sources (`spark.sql.python.filterPushdown.enabled`)
-    that its reads use. A Connect session does not, yet.
+    Both get the `taskstate` data source (`spark.read.format("taskstate")`), registered
+    with the namespace and sidecar as its default options, and the filter pushdown of
+    Python data sources (`spark.sql.python.filterPushdown.enabled`) that its reads use.
     """
     problem = ids.name_problem("namespace", namespace)
     if problem:
@@ -66,7 +65,7 @@ def configure(
         configure_connect(spark, namespace, sidecar, check)
     else:
         _configure_classic(spark, namespace, sidecar)
-    # what both kinds of session get alike (session-level registrations) goes here
+    register_data_source(spark, namespace=namespace, sidecar=sidecar)  # both kinds alike
 
 
 def _configure_classic(spark: Any, namespace: str, sidecar: str | None) -> None:
@@ -79,7 +78,6 @@ def _configure_classic(spark: Any, namespace: str, sidecar: str | None) -> None:
     sc.setLocalProperty(APP_OVERRIDE, sc.applicationId)
     if sidecar is not None:
         sc.setLocalProperty(SIDECAR_PROPERTY, sidecar)
-    register_data_source(spark, namespace=namespace, sidecar=sidecar)
 
 
 def register_data_source(spark: Any, **defaults: str | None) -> None:

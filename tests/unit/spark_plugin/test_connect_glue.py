@@ -35,11 +35,20 @@ class FakeConf:
         self.values.pop(key, None)
 
 
+class FakeRegistration:
+    def __init__(self) -> None:
+        self.sources: list[Any] = []
+
+    def register(self, cls: Any) -> None:
+        self.sources.append(cls)
+
+
 class FakeConnectSession:
     """Looks like pyspark.sql.connect.session.SparkSession: no sparkContext at all."""
 
     def __init__(self, **conf: str) -> None:
         self.conf = FakeConf({"spark.app.id": "local-1795618924827", **conf})
+        self.dataSource = FakeRegistration()
 
     def __getattr__(self, name: str) -> Any:
         raise AttributeError(f"[JVM_ATTRIBUTE_NOT_SUPPORTED] {name}")
@@ -61,7 +70,10 @@ def test_configure_sets_session_confs_that_tasks_read_as_local_properties() -> N
         "spark.taskstate.namespace": "my-job",
         "spark.taskstate.app": "local-1795618924827",
         "spark.taskstate.sidecar": "unix:///x.sock",
+        "spark.sql.python.filterPushdown.enabled": "true",
     }
+    # the taskstate data source too, as on a classic session
+    assert [c.name() for c in spark.dataSource.sources] == ["taskstate"]
     # Spark hands SQL confs starting with `spark` to the tasks as local properties
     ctx = LocalContext(0, properties=dict(spark.conf.values))
     st = TaskState(ctx, component="c")
