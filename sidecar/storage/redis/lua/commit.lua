@@ -196,4 +196,7 @@ if floor_batch then
 else
   redis.call('HDEL', meta, 'log_floor_batch')
 end
+-- a large change set's unpacked keys and values are garbage now: free them (prelude.lua)
+ups, dels = nil, nil
+free_lua_heap()
 return {m[6] .. ':' .. vs, size, m[6] .. ':' .. string.format('%d', base)}
