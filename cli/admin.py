@@ -6,6 +6,7 @@
     taskstate import FILE [--replace] [--partitions N|none]           (transfer.py)
     taskstate drop NS[/COMPONENT[/PARTITION]] --yes                   (state.py)
     taskstate adopt NS                                                (state.py)
+    taskstate sweep NS[/COMPONENT] [--idle-seconds S]                 (state.py)
     taskstate rescale NS/COMPONENT --to N [--key-type TYPE]           (rescale.py)
     taskstate set NS/C/P KEY JSON | del NS/C/P KEY | erase NS/C KEY   (edits.py)
     taskstate doctor [--durability LEVEL] [--json]                    (checks.py)
@@ -47,7 +48,7 @@ from .edits import cmd_edit
 from .private import PrivateSidecarError, private_sidecar
 from .rescale import add_arguments as rescale_arguments
 from .rescale import cmd_rescale
-from .state import cmd_adopt, cmd_drop, cmd_ls, cmd_show
+from .state import cmd_adopt, cmd_drop, cmd_ls, cmd_show, cmd_sweep
 from .target import ENV_SIDECAR, choose_sidecar, unreachable_hint
 from .transfer import cmd_export, cmd_import
 
@@ -58,6 +59,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, AdminClient, IO[str]], int]] =
     "import": cmd_import,
     "drop": cmd_drop,
     "adopt": cmd_adopt,
+    "sweep": cmd_sweep,
     "rescale": cmd_rescale,
     "set": cmd_edit,
     "del": cmd_edit,
@@ -88,6 +90,9 @@ DESCRIPTIONS = {
     "adopt": "Record that a namespace's query goes on from the batch it runs next with the "
     "state Redis holds: accepts a loss (StateLostError) on purpose, or adds taskstate to a "
     "query past its batch 0.",
+    "sweep": "Delete the keys whose time to live ran out (processing time) in the tasks of a "
+    "namespace or component that no query opened or wrote for --idle-seconds. A running "
+    "query expires its keys itself, at each batch; a sidecar sweeps the tasks it served.",
     "rescale": "Move a component's keys to the partitions Spark gives them under another "
     "partition count (the query stopped). Run again after an interruption to finish.",
     "set": "Set one key of a task's live state; the job sees it from its next batch on.",
@@ -155,6 +160,15 @@ def build_parser(command: str) -> argparse.ArgumentParser:
     elif command == "drop":
         p.add_argument("scope", metavar="NAMESPACE[/COMPONENT[/PARTITION]]", help="what to drop")
         p.add_argument("--yes", action="store_true", help="really delete the stored state")
+    elif command == "sweep":
+        p.add_argument("scope", metavar="NAMESPACE[/COMPONENT]", help="what to sweep")
+        p.add_argument(
+            "--idle-seconds",
+            type=float,
+            default=60.0,
+            metavar="S",
+            help="leave alone tasks opened or written this recently (default 60)",
+        )
     elif command == "adopt":
         p.add_argument("namespace", metavar="NAMESPACE",
                        help="the namespace whose query goes on from its next batch")  # fmt: skip

@@ -12,7 +12,7 @@ import orjson
 
 from taskstate.client import ConfigError
 from taskstate.client.admin import task_id
-from taskstate.proto import ids
+from taskstate.proto import envelope, ids
 from taskstate.proto import taskstate_pb2 as pb
 
 
@@ -56,6 +56,22 @@ def decode(value: bytes) -> tuple[str, Any]:
         return "value", orjson.loads(value)
     except orjson.JSONDecodeError:
         return "value_b64", base64.b64encode(value).decode()
+
+
+def decode_stored(value: bytes) -> tuple[str, Any, dict[str, int]]:
+    """A stored value: `decode` of its JSON, and its envelope's fields (expires, version).
+
+    A value written with a time to live or a schema version above 1 carries them
+    (taskstate/proto/envelope.py); the dict has only those it carries.
+    """
+    try:
+        expires, version, body = envelope.parse(value)
+    except ValueError:
+        return (*decode(value), {})
+    extra = {"expires": expires} if expires is not None else {}
+    if version != 1:
+        extra["version"] = version
+    return (*decode(body), extra)
 
 
 def info_dict(t: pb.TaskInfo) -> dict[str, Any]:

@@ -6,7 +6,7 @@
 - taskstate example [...]: run the end-to-end Spark example with a private Redis and
   sidecar (needs taskstate[spark]).
 - taskstate spark-package --out DIR: the plugin jar and py-files zip for spark-submit.
-- taskstate ls | show | export | import | drop | adopt | doctor | health: see inside
+- taskstate ls | show | export | import | drop | adopt | sweep | doctor | health: see inside
   the stored state, move it, drop it, adopt a namespace whose state was lost or that
   starts past batch 0, check the setup.
 - taskstate rescale NS/COMPONENT --to N: move a component's keys to the partitions
@@ -31,6 +31,7 @@ ADMIN_COMMANDS = (
     "import",
     "drop",
     "adopt",
+    "sweep",
     "rescale",
     "set",
     "del",

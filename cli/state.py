@@ -1,4 +1,7 @@
-"""`taskstate ls | show | drop | adopt`: see inside stored state, drop it, adopt a namespace."""
+"""`taskstate ls | show | drop | adopt | sweep`: stored state seen, dropped, adopted, swept.
+
+Sweep deletes the keys whose time to live ran out in a namespace's idle tasks.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,16 @@ from typing import IO, Any
 
 from taskstate.client.admin import AdminClient
 
-from .common import UsageError, decode, dump, info_dict, parse_scope, parse_task, table, when
+from .common import (
+    UsageError,
+    decode_stored,
+    dump,
+    info_dict,
+    parse_scope,
+    parse_task,
+    table,
+    when,
+)
 
 
 def reading_again(command: str) -> Callable[[str], None]:
@@ -62,13 +74,15 @@ def cmd_show(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
         print(f"taskstate show: task {fq}: no state stored", file=sys.stderr)
         return 1
     data, version = admin.read(task, a.keys or "", on_reread=reading_again("show"))
-    state = {}
+    state, extras = {}, {}
     for k in sorted(data):
-        kind, v = decode(data[k])
+        kind, v, extra = decode_stored(data[k])
         state[k] = v if kind == "value" else {"$base64": v}
+        if extra:
+            extras[k] = extra
     info["version"] = version or info["version"]
-    if a.json:
-        dump({"task": info, "state": state}, out)
+    if a.json:  # each key's expiry (epoch ms) and schema version, where it has them
+        dump({"task": info, "state": state, "keys": extras}, out)
         return 0
     for label, key in (("task", "task"), ("committed batch", "committed_batch"),
                        ("position", "position"), ("keys", "keys"),
@@ -86,7 +100,10 @@ def cmd_show(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
         text = json.dumps(v, ensure_ascii=False)
         if len(text) > a.width:
             text = text[: a.width - 3] + "..."
-        out.write(f"  {k} = {text}\n")
+        extra = extras.get(k, {})
+        notes = [f"expires {when(extra['expires'] / 1000)}"] if "expires" in extra else []
+        notes += [f"version {extra['version']}"] if "version" in extra else []
+        out.write(f"  {k} = {text}" + (f"  ({', '.join(notes)})" if notes else "") + "\n")
     return 0
 
 
@@ -118,4 +135,12 @@ def cmd_adopt(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
     else:
         out.write(f"namespace {ns}: adopted; its query's tasks start empty at the batch "
                   "Spark runs next\n")  # fmt: skip
+    return 0
+
+
+def cmd_sweep(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
+    """`taskstate sweep`: delete the keys whose time to live ran out in idle tasks."""
+    ns, comp, _ = parse_scope(a.scope, allow_partition=False)
+    tasks, keys = admin.sweep(ns, comp or None, idle_seconds=a.idle_seconds)
+    out.write(f"{a.scope}: {keys} expired key(s) deleted in {tasks} task(s)\n")
     return 0

@@ -15,10 +15,10 @@ from typing import IO, Any
 import orjson
 
 from taskstate.client.admin import AdminClient
-from taskstate.proto import ids
+from taskstate.proto import envelope, ids
 from taskstate.proto import taskstate_pb2 as pb
 
-from .common import UsageError, decode, info_dict, parse_scope, parse_task
+from .common import UsageError, decode_stored, info_dict, parse_scope, parse_task
 from .state import reading_again
 
 IMPORT_CHUNK = 5000
@@ -49,11 +49,10 @@ def cmd_export(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
             data, version = admin.read(t.task, on_reread=reading_again("export"))
             head = {"type": "task", **info_dict(t), "version": version, "keys": len(data)}
             target.write(orjson.dumps(head).decode() + "\n")
-            for k in sorted(data):
-                kind, v = decode(data[k])
-                target.write(
-                    orjson.dumps({"type": "entry", "task": fq, "key": k, kind: v}).decode() + "\n"
-                )
+            for k in sorted(data):  # with its expiry and schema version, where it has them
+                kind, v, extra = decode_stored(data[k])
+                line = {"type": "entry", "task": fq, "key": k, kind: v, **extra}
+                target.write(orjson.dumps(line).decode() + "\n")
             keys += len(data)
             print(f"taskstate export: {i}/{len(tasks)} {fq}: {len(data)} keys", file=sys.stderr)
     finally:
@@ -79,11 +78,17 @@ def _records(lines: Iterator[str], source: str) -> Iterator[tuple[int, dict[str,
 
 
 def _entry_bytes(rec: dict[str, Any], where: str) -> bytes:
+    """The stored form of an entry: its JSON, in an envelope with its expiry and version."""
     if "value" in rec:
-        return orjson.dumps(rec["value"])
-    if "value_b64" in rec:
+        body = orjson.dumps(rec["value"])
+    elif "value_b64" in rec:
         return base64.b64decode(rec["value_b64"])
-    raise UsageError(f"{where}: an entry needs 'value' or 'value_b64'")
+    else:
+        raise UsageError(f"{where}: an entry needs 'value' or 'value_b64'")
+    expires, version = rec.get("expires"), rec.get("version", 1)
+    if not (expires is None or isinstance(expires, int)) or not isinstance(version, int):
+        raise UsageError(f"{where}: 'expires' is epoch milliseconds and 'version' a number")
+    return envelope.wrap(body, expires, version)
 
 
 def cmd_import(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:

@@ -10,42 +10,97 @@ A block ends in one of three ways:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import orjson
+
 from ._buffer import buffer, worker_outlives_its_runner
-from ._changes import Changes
+from ._changes import REENCODE, SCALARS, Changes, is_mutable
 from ._codec import JsonCodec
 from ._commit import Committer
 from ._context import TaskIdentity
+from ._schema import NO_TTL, Schema
 from ._session import Session
 
 
 class Block:
     """The changes of one block and its end (commit, defer or discard)."""
 
-    __slots__ = ("changes", "committer", "ctx", "ident", "mirror")
+    __slots__ = ("changes", "committer", "ctx", "ident", "mirror", "plain", "schema")
 
     def __init__(
         self,
         committer: Committer,
-        codec: JsonCodec,
+        schema: Schema,
         ident: TaskIdentity,
         ctx: Any,
         mirror: bool,
     ) -> None:
         self.committer = committer
-        self.changes = Changes(committer.task_id, codec)
+        self.schema = schema
+        # the assignment's fast path: JSON values stored bare (no time to live, version 1)
+        self.plain = type(schema.codec) is JsonCodec and schema.plain
+        self.changes = Changes(committer.task_id, schema.codec)
         self.ident = ident
         self.ctx = ctx
         self.mirror = mirror
 
     def commit(self, session: Session, data: dict[str, Any], position: bytes | None) -> None:
         """Commit what changed since the last commit (and `position`), atomically."""
-        upserts, deletes = self.changes.collect(data)
+        upserts, deletes = self.changes.collect(data, self.wrap(session))
         self.committer.send(session, upserts, deletes, position)
         if position is not None:
             session.position = position
         self._settled(session, upserts)
+
+    def assign(
+        self,
+        data: dict[str, Any],
+        absent: set[str],
+        key: str,
+        value: Any,
+        ttl: Any = NO_TTL,
+        now_ms: int = 0,
+    ) -> None:
+        """`s[key] = value` (with `ttl`: `s.set(key, value, ttl=...)`), checked now.
+
+        Encoded here, so that a value JSON cannot hold fails at the assignment, not at the
+        commit; the common case (a scalar, no envelope) skips the codec's checks. A dict or
+        list is encoded again at commit (it may change in place meanwhile).
+        """
+        changes = self.changes
+        if self.plain and ttl is NO_TTL and value.__class__ in SCALARS and key.__class__ is str:
+            try:
+                encoded: Any = orjson.dumps(value)
+            except TypeError:
+                encoded = self.schema.codec.encode(changes.task, key, value)
+        else:
+            encoded = self.schema.codec.encode(changes.task, key, value)
+            if is_mutable(value):
+                encoded = REENCODE  # encoded above for the error; again at commit
+            elif not self.schema.plain or ttl is not NO_TTL:
+                encoded = self.schema.wrap(encoded, now_ms, self.schema.ttl_for(ttl))
+        data[key] = value
+        if absent:
+            absent.discard(key)
+        changes.written[key] = encoded
+        if ttl is not NO_TTL:
+            changes.ttls[key] = ttl
+        elif changes.ttls:
+            changes.ttls.pop(key, None)  # the block's time to live again
+
+    def wrap(self, session: Session) -> Callable[[bytes, Any], bytes] | None:
+        """How the values encoded at commit are stored (None: as they are encoded)."""
+        schema = self.schema
+        if schema.plain and not self.changes.ttls:
+            return None
+        now = session.now_ms
+
+        def wrap(encoded: bytes, ttl: Any) -> bytes:
+            return schema.wrap(encoded, now, schema.ttl_for(ttl))
+
+        return wrap
 
     def defer(self, session: Session, data: dict[str, Any]) -> bool:
         """Hold this block's changes for the executor plugin's flush; False: commit them.
@@ -66,7 +121,7 @@ class Block:
             and worker_outlives_its_runner(self.ctx)
         ):
             return False
-        upserts, deletes = self.changes.collect(data)
+        upserts, deletes = self.changes.collect(data, self.wrap(session))
         held = buffer.hold(
             self.ident.task_attempt,
             self.committer.task_id,

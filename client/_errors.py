@@ -130,6 +130,16 @@ class UnauthenticatedError(PermissionDeniedError):
     code = codes.UNAUTHENTICATED
 
 
+class SchemaVersionError(TaskStateError, ValueError):
+    """A stored value of a schema version this code cannot read.
+
+    Newer than its `version`, or older with no upgrade step for it
+    (TaskState(version=N, upgrade={...})).
+    """
+
+    code = codes.SCHEMA_VERSION
+
+
 ERROR_BY_CODE: dict[str, type[TaskStateError]] = {
     cls.code: cls
     for cls in (
@@ -148,6 +158,7 @@ ERROR_BY_CODE: dict[str, type[TaskStateError]] = {
         NotFoundError,
         AlreadyExistsError,
         StateChangedError,
+        SchemaVersionError,
         PermissionDeniedError,
         UnauthenticatedError,
         TaskStateError,

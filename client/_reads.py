@@ -27,8 +27,8 @@ import orjson
 from taskstate.proto import taskstate_pb2 as pb
 
 from ._changes import MISSING
-from ._codec import JsonCodec
 from ._errors import CodecError
+from ._schema import Schema
 from ._transport import GrpcTransport
 from ._wire import name_bad_utf8
 
@@ -69,20 +69,20 @@ def worth_loading(misses: int, miss_seconds: float, size: int) -> bool:
 class Reads:
     """A block's reads that go through the sidecar."""
 
-    __slots__ = ("budget", "codec", "json", "pb_task", "task_id", "transport")
+    __slots__ = ("budget", "json", "pb_task", "schema", "task_id", "transport")
 
     def __init__(
         self,
         task_id: str,
         transport: GrpcTransport,
-        codec: JsonCodec,
+        schema: Schema,
         pb_task: Callable[[], pb.TaskId],
         budget: int,
     ) -> None:
         self.task_id = task_id
         self.transport = transport
-        self.codec = codec
-        self.json = type(codec) is JsonCodec
+        self.schema = schema  # decodes (and upgrades) what it reads
+        self.json = schema.fast_json
         self.pb_task = pb_task
         self.budget = budget
 
@@ -176,7 +176,7 @@ class Reads:
             except orjson.JSONDecodeError:
                 pass  # the codec names the bad key
         name_bad_utf8(self.task_id, [x for k, v in found for x in (k.encode(), v)])
-        decode = self.codec.decode
+        decode = self.schema.decode
         for k, v in found:
             data[k] = decode(self.task_id, k, v)
 

@@ -19,10 +19,10 @@ from typing import Any
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto.versions import Version, same_generation
 
-from ._codec import JsonCodec
 from ._config import TaskStateConfig
 from ._context import TaskIdentity
 from ._reads import note_restore
+from ._schema import Schema
 from ._transport import GrpcTransport
 from ._wire import decode_chunk, unpack_keys
 
@@ -44,6 +44,11 @@ class OpenInfo:
     restored_keys: int = 0  # keys the restore sent (a delta's changed and deleted keys)
     # the block started without the state and reads the keys it touches (`_reads.py`)
     on_demand: bool = False
+    # keys whose time to live had run out by the batch's now, deleted by this Open (as a
+    # write of the batch: a replay restores them, and expires them again)
+    expired: int = 0
+    # the batch's now (epoch ms): a key written with ttl=T expires at now_ms + 1000 T
+    now_ms: int = 0
 
 
 @dataclass
@@ -79,6 +84,11 @@ class Session:
     blocks: int = 0  # blocks of this attempt that ended in this process
     # `data` holds changes of this attempt that are held for the flush, not committed
     deferred: bool = False
+    # the batch's now (epoch ms, OpenResponse.now_ms): a key's expiry is now + its ttl
+    now_ms: int = 0
+    # the schema version `data` was decoded (and upgraded) for: code of another version
+    # in this process reads the state again
+    schema_version: int = 1
 
 
 class Claims:
@@ -90,22 +100,25 @@ class Claims:
     an older version of the same generation, else the whole state.
     """
 
-    __slots__ = ("codec", "config", "ident", "json", "pb_task", "task_id", "transport", "writer")
+    __slots__ = ("config", "event_time_ms", "ident", "json", "pb_task", "schema", "task_id",
+                 "transport", "writer")  # fmt: skip
 
     def __init__(
         self,
         task_id: str,
         transport: GrpcTransport,
-        codec: JsonCodec,
+        schema: Schema,
         config: TaskStateConfig,
         ident: TaskIdentity,
         pb_task: Callable[[], pb.TaskId],
         writer: Callable[[], pb.Writer],
+        event_time_ms: int | None = None,
     ) -> None:
         self.task_id = task_id
         self.transport = transport
-        self.codec = codec
-        self.json = type(codec) is JsonCodec
+        self.schema = schema  # decodes (and upgrades) what it restores
+        self.json = schema.fast_json
+        self.event_time_ms = event_time_ms  # TaskState(now=...): the batch's event time
         self.config = config
         self.ident = ident
         self.pb_task = pb_task
@@ -114,6 +127,8 @@ class Claims:
     def enter(self, prior: Session | None) -> Session:
         """The session a new block of this task runs in (`prior`: this process's)."""
         ident = self.ident
+        if prior is not None and prior.schema_version != self.schema.version:
+            prior.data = None  # decoded for another version of the code: read it again
         if prior is not None and (prior.attempt_id, prior.batch) == (ident.attempt_id, ident.batch):
             session = prior
             session.info = replace(
@@ -144,6 +159,8 @@ class Claims:
         )
         if self.ident.batch is not None:
             req.batch = self.ident.batch
+        if self.event_time_ms is not None:
+            req.event_time_ms = self.event_time_ms
         r = self.transport.open(req, self.task_id)
         # a copy with another attempt's held changes in it (never flushed) is not the
         # committed state, whatever its version says
@@ -166,12 +183,16 @@ class Claims:
                 r.rolled_back_keys,
                 restored=False,
                 reused_claim=r.reused_claim,
+                expired=r.expired,
+                now_ms=r.now_ms,
             ),
             packed=r.packed_commits,
             text_values=r.text_values,
             entry_bytes=prior.entry_bytes if prior is not None else 0.0,
             packed_gets=r.packed_gets,
             flush_barrier=r.flush_barrier,
+            now_ms=r.now_ms,
+            schema_version=self.schema.version,
         )
         if reuse and prior is not None:
             session.complete, session.absent, session.misses, session.miss_seconds = (
@@ -251,7 +272,7 @@ class Claims:
         deleted: list[str] = []
         delta = [False]
         not_covered = [False]
-        decode = self.codec.decode
+        decode = self.schema.decode
         task = self.task_id
         json = self.json
         wire = [0]  # bytes received: the state's size per key (`_cache.size_of`)

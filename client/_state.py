@@ -18,23 +18,22 @@ process that already holds the committed version skips Restore.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator, MutableMapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, Literal
-
-import orjson
 
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto.ids import fq_task_id
 
 from ._block import Block
 from ._cache import take
-from ._changes import MISSING, REENCODE, SCALARS, is_mutable
+from ._changes import MISSING, SCALARS, is_mutable
 from ._codec import CODECS, JsonCodec
 from ._commit import Committer
 from ._config import TaskStateConfig
 from ._context import check_batch, current_context, identity
 from ._errors import ConfigError, TaskStateError
 from ._reads import LOAD_REST, Reads
+from ._schema import NO_TTL, Schema, Upgrade, event_time_ms
 from ._session import Claims, OpenInfo, Session, writer_of
 from ._transport import GrpcTransport
 from ._wire import REQUEST_HEADROOM
@@ -78,6 +77,13 @@ class TaskState(MutableMapping[str, Any]):
             runs with. Recorded with the state: a job run later under another count is
             refused with PartitionCountError instead of opening state that holds other
             keys (`taskstate rescale` moves them). None: not declared.
+        ttl: seconds to live of every key the block writes (restarting at each write;
+            `s.set(key, value, ttl=...)` for one key). None: never expire.
+        now: the batch's event time (epoch ms, aware datetime): keys expire in event time
+            (fixed by the batch's first block). None: processing time.
+        version, upgrade: the schema version the code writes (1, 2, ...), and {v: f}: f
+            turns a value of version v into one of v + 1 (read: upgraded; newer:
+            SchemaVersionError). docs/spark-apis.md, "Keys that expire, values that change".
 
     Resume contract: `position` is the value passed to the last successful `commit()`
     of the committed state; a resumed task continues *after* that position.
@@ -94,6 +100,10 @@ class TaskState(MutableMapping[str, Any]):
         durability: str = "applied",
         codec: str = "json",
         partitions: int | None = None,
+        ttl: float | None = None,
+        now: Any = None,
+        version: int = 1,
+        upgrade: Mapping[int, Upgrade] | None = None,
     ) -> None:
         self._ctx = current_context(ctx)
         self._ident = identity(self._ctx)
@@ -117,7 +127,8 @@ class TaskState(MutableMapping[str, Any]):
                 "the count the job really splits this component into"
             )
         self._codec: JsonCodec = CODECS[c.codec]
-        self._json = type(self._codec) is JsonCodec  # the scalar fast path in __setitem__
+        self._schema = Schema(self.task_id, self._codec, ttl_s=ttl, version=version,
+                              upgrade=upgrade)  # fmt: skip
         self._transport = GrpcTransport(
             c.target,
             timeout_s=c.timeout_s,
@@ -141,12 +152,13 @@ class TaskState(MutableMapping[str, Any]):
             return writer_of(ident)
 
         self._claims = Claims(
-            self.task_id, self._transport, self._codec, c, ident, task_msg, writer
-        )
+            self.task_id, self._transport, self._schema, c, ident, task_msg, writer,
+            event_time_ms(self.task_id, now),
+        )  # fmt: skip
         self._reads = Reads(
             self.task_id,
             self._transport,
-            self._codec,
+            self._schema,
             task_msg,
             c.max_message_bytes - REQUEST_HEADROOM,
         )
@@ -155,7 +167,7 @@ class TaskState(MutableMapping[str, Any]):
         self._absent: set[str] = set()  # keys known not to exist (remote, on demand)
         committer = Committer(self._transport, c, self.task_id, task, writer_of(ident),
                               ident.batch)  # fmt: skip
-        self._block = Block(committer, self._codec, ident, self._ctx, c.mode == "mirror")
+        self._block = Block(committer, self._schema, ident, self._ctx, c.mode == "mirror")
         self._written = self._block.changes.written  # the hot paths below skip an attribute
         self._snap = self._block.changes.snap
 
@@ -342,20 +354,13 @@ class TaskState(MutableMapping[str, Any]):
     def __setitem__(self, key: str, value: Any) -> None:
         if self.phase is not Phase.OPEN:
             self._require_open()
-        # fail here, not at commit; the common scalar case skips the codec's checks
-        if self._json and value.__class__ in SCALARS and key.__class__ is str:
-            try:
-                encoded = orjson.dumps(value)
-            except TypeError:
-                encoded = self._codec.encode(self.task_id, key, value)
-        else:
-            encoded = self._codec.encode(self.task_id, key, value)
-            if is_mutable(value):
-                encoded = REENCODE  # encoded above for the error; again at commit
-        self._data[key] = value
-        if self._absent:
-            self._absent.discard(key)
-        self._written[key] = encoded
+        now = self._session.now_ms if self._session is not None else 0
+        self._block.assign(self._data, self._absent, key, value, NO_TTL, now)
+
+    def set(self, key: str, value: Any, *, ttl: float | None | Any = NO_TTL) -> None:
+        """`s[key] = value` with this key's own time to live in seconds (None: never)."""
+        session = self._require_open()
+        self._block.assign(self._data, self._absent, key, value, ttl, session.now_ms)
 
     def __delitem__(self, key: str) -> None:
         self._require_open()

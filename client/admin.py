@@ -273,6 +273,15 @@ class AdminClient:
             req.partition = partition
         return int(self._call("Drop", req).tasks_dropped)
 
+    def sweep(
+        self, namespace: str, component: str | None = None, *, idle_seconds: float = 60.0
+    ) -> tuple[int, int]:
+        """Delete the expired keys of idle tasks: (tasks looked at, keys deleted)."""
+        req = pb.SweepRequest(namespace=namespace, component=component or "",
+                              idle_seconds=idle_seconds)  # fmt: skip
+        r = self._call("Sweep", req, namespace)
+        return int(r.tasks), int(r.keys)
+
     def adopt(self, namespace: str) -> pb.AdoptResponse:
         """Record that the namespace's query goes on from the batch it runs next."""
         r: pb.AdoptResponse = self._call("Adopt", pb.AdoptRequest(namespace=namespace))

@@ -25,6 +25,8 @@ INTERNAL = "INTERNAL"
 NOT_FOUND = "NOT_FOUND"
 ALREADY_EXISTS = "ALREADY_EXISTS"
 CHANGED = "CHANGED"  # the state kept changing while it was read; read again
+# a stored value of a schema version the reading code cannot read (TaskState(version=...))
+SCHEMA_VERSION = "SCHEMA_VERSION"
 # tokens (sidecar --tokens-file)
 UNAUTHENTICATED = "UNAUTHENTICATED"
 PERMISSION_DENIED = "PERMISSION_DENIED"
@@ -47,6 +49,7 @@ ALL = frozenset(
         NOT_FOUND,
         ALREADY_EXISTS,
         CHANGED,
+        SCHEMA_VERSION,
         UNAUTHENTICATED,
         PERMISSION_DENIED,
     }

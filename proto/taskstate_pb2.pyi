@@ -474,6 +474,24 @@ class SeedAbortResponse(_message.Message):
     undone: bool
     def __init__(self, undone: _Optional[bool] = ...) -> None: ...
 
+class SweepRequest(_message.Message):
+    __slots__ = ("namespace", "component", "idle_seconds")
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    COMPONENT_FIELD_NUMBER: _ClassVar[int]
+    IDLE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    component: str
+    idle_seconds: float
+    def __init__(self, namespace: _Optional[str] = ..., component: _Optional[str] = ..., idle_seconds: _Optional[float] = ...) -> None: ...
+
+class SweepResponse(_message.Message):
+    __slots__ = ("tasks", "keys")
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    tasks: int
+    keys: int
+    def __init__(self, tasks: _Optional[int] = ..., keys: _Optional[int] = ...) -> None: ...
+
 class SettleRequest(_message.Message):
     __slots__ = ("namespace", "component")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]

@@ -129,6 +129,11 @@ class TaskStateServiceStub:
                 request_serializer=taskstate_dot_proto_dot_taskstate__pb2.SettleRequest.SerializeToString,
                 response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.SettleResponse.FromString,
                 _registered_method=True)
+        self.Sweep = channel.unary_unary(
+                '/taskstate.v1.TaskStateService/Sweep',
+                request_serializer=taskstate_dot_proto_dot_taskstate__pb2.SweepRequest.SerializeToString,
+                response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.SweepResponse.FromString,
+                _registered_method=True)
         self.Attach = channel.stream_stream(
                 '/taskstate.v1.TaskStateService/Attach',
                 request_serializer=taskstate_dot_proto_dot_taskstate__pb2.AttachMessage.SerializeToString,
@@ -262,6 +267,13 @@ class TaskStateServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Sweep(self, request, context):
+        """Keys that expired in idle tasks, deleted (the sidecar also sweeps those it served).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Attach(self, request_iterator, context):
         """A worker's deferred group commits (see AttachMessage).
         """
@@ -366,6 +378,11 @@ def add_TaskStateServiceServicer_to_server(servicer, server):
                     servicer.Settle,
                     request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.SettleRequest.FromString,
                     response_serializer=taskstate_dot_proto_dot_taskstate__pb2.SettleResponse.SerializeToString,
+            ),
+            'Sweep': grpc.unary_unary_rpc_method_handler(
+                    servicer.Sweep,
+                    request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.SweepRequest.FromString,
+                    response_serializer=taskstate_dot_proto_dot_taskstate__pb2.SweepResponse.SerializeToString,
             ),
             'Attach': grpc.stream_stream_rpc_method_handler(
                     servicer.Attach,
@@ -886,6 +903,33 @@ class TaskStateService:
             '/taskstate.v1.TaskStateService/Settle',
             taskstate_dot_proto_dot_taskstate__pb2.SettleRequest.SerializeToString,
             taskstate_dot_proto_dot_taskstate__pb2.SettleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Sweep(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskstate.v1.TaskStateService/Sweep',
+            taskstate_dot_proto_dot_taskstate__pb2.SweepRequest.SerializeToString,
+            taskstate_dot_proto_dot_taskstate__pb2.SweepResponse.FromString,
             options,
             channel_credentials,
             insecure,

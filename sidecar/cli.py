@@ -111,6 +111,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "plugin stops the executor (default 120)",
     )
     p.add_argument(
+        "--sweep-every",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="sweep the tasks this sidecar served for keys whose time to live ran out, this "
+        "often, when their query no longer opens them (0: never; default 60)",
+    )
+    p.add_argument(
+        "--sweep-idle",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="a sweep leaves alone a task opened or written this recently (default 60)",
+    )
+    p.add_argument(
         "--metrics-port",
         type=int,
         default=None,
@@ -225,6 +240,8 @@ def from_args(ns: argparse.Namespace) -> SidecarConfig:
         allow_volatile_redis=ns.allow_volatile_redis,
         barrier=ns.barrier,
         flush_timeout_s=ns.flush_timeout,
+        sweep_every_s=ns.sweep_every,
+        sweep_idle_s=ns.sweep_idle,
         metrics_port=ns.metrics_port,
         metrics_host=ns.metrics_host,
         socket_mode=ns.socket_mode,

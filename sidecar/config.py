@@ -59,6 +59,10 @@ class SidecarConfig:
     # one by one, as without the plugin.
     barrier: str | None = None
     flush_timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S
+    # the sweep of idle tasks' expired keys (sweeper.py): how often (0: never), and how
+    # long a task must have been left alone first
+    sweep_every_s: float = 60.0
+    sweep_idle_s: float = 60.0
 
     def __repr__(self) -> str:
         return f"SidecarConfig(redis_url={redact(self.redis_url)!r}, listen={self.listen!r})"

@@ -27,6 +27,7 @@ from .storage.base import Backend
 from .storage.redis.backend import RedisBackend
 from .storage.redis.connect import RedisSettings, RedisUrlError, redact
 from .storage.redis.safety import EVICTION, PERSISTENCE, SILENCE_WITH
+from .sweeper import Sweeper
 
 log = logging.getLogger("taskstate.sidecar")
 
@@ -68,6 +69,10 @@ class Sidecar:
         if config.barrier:
             self.flush = FlushCoordinator(config.flush_timeout_s)
             self.barrier = BarrierServer(self.flush, Path(config.barrier))
+        self.sweeper: Sweeper | None = None
+        self._sweep_task: asyncio.Task[None] | None = None
+        if config.sweep_every_s > 0:
+            self.sweeper = Sweeper(self.storage.admin, config.sweep_every_s, config.sweep_idle_s)
         add_to_server(
             self.server,
             self.storage,
@@ -81,6 +86,7 @@ class Sidecar:
             redis_url=redact(config.redis_url),
             auth=config.auth,
             flush=self.flush,
+            sweeper=self.sweeper,
         )
         self.health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -210,6 +216,8 @@ class Sidecar:
         await self.server.start()
         await self._set_health(reachable)
         self._health_task = asyncio.create_task(self._watch_health())
+        if self.sweeper is not None:
+            self._sweep_task = asyncio.create_task(self.sweeper.run())
         return self.addresses
 
     def _add_tcp_port(self, spec: str, addr: str) -> int:
@@ -249,6 +257,8 @@ class Sidecar:
         """Drain: refuse new calls, let in-flight ones finish (bounded), close Redis."""
         if self._health_task is not None:
             self._health_task.cancel()
+        if self._sweep_task is not None:
+            self._sweep_task.cancel()
         await self.health.enter_graceful_shutdown()
         if self.barrier is not None:  # a flush asked for now fails: the executor is stopping
             await self.barrier.stop()

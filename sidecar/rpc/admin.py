@@ -24,6 +24,7 @@ from ..restore import (
 )
 from ..storage.base import AdminStore, SeedStore, TaskStore
 from ..storage.values import TaskKey
+from ..sweeper import sweep_task
 from . import wire
 from .guard import current_grant
 from .wire import MAX_BATCH, MAX_PARTITIONS, bad
@@ -31,6 +32,7 @@ from .wire import MAX_BATCH, MAX_PARTITIONS, bad
 log = logging.getLogger("taskstate.sidecar")
 
 DEFAULT_QUIET_S = 30.0  # a rescale refuses a component written more recently than this
+DEFAULT_IDLE_S = 60.0  # a sweep leaves alone a task opened or written this recently
 
 
 class AdminRpcs:
@@ -212,6 +214,16 @@ class AdminRpcs:
             extra={"task": task.fq, "keys": len(entries), "append": request.append},
         )
         return pb.ImportResponse(epoch=epoch, size=size)
+
+    async def Sweep(self, request: pb.SweepRequest) -> pb.SweepResponse:  # noqa: N802
+        """Delete the expired keys of the scope's idle tasks (sweeper.py)."""
+        ns, comp = wire.scope(request.namespace, request.component)
+        idle = request.idle_seconds if request.HasField("idle_seconds") else DEFAULT_IDLE_S
+        tasks = await self.store.list_tasks(ns, comp)
+        keys = 0
+        for t in tasks:
+            keys += await sweep_task(self.store, t.task, max(0.0, idle))
+        return pb.SweepResponse(tasks=len(tasks), keys=keys)
 
     async def Doctor(self, request: pb.DoctorRequest) -> pb.DoctorResponse:  # noqa: N802
         """What the sidecar sees of its store, and whether a durability is possible there."""

@@ -54,6 +54,7 @@ VERBS = {
     "SeedCommit": "write",
     "SeedAbort": "write",
     "Settle": "settle writes of",
+    "Sweep": "sweep",
 }
 
 _GRANT: ContextVar[Grant | None] = ContextVar("taskstate_grant", default=None)

@@ -24,6 +24,7 @@ from ..config import Limits
 from ..flush import FlushCoordinator
 from ..storage.base import Backend
 from ..storage.metered import MeteredTaskStore
+from ..sweeper import Sweeper
 from .admin import AdminRpcs
 from .flush import FlushRpcs
 from .guard import Context, Guard, abort, observed
@@ -106,6 +107,7 @@ def add_to_server(
     redis_url: str = "",
     auth: Authorizer | None = None,
     flush: FlushCoordinator | None = None,
+    sweeper: Sweeper | None = None,
 ) -> None:
     """Serve taskstate.v1.TaskStateService on `server` from `backend`.
 
@@ -115,7 +117,7 @@ def add_to_server(
     guard = Guard(limits.max_in_flight, auth)
     tasks = MeteredTaskStore(backend.tasks)
     audiences = (
-        TaskRpcs(tasks, limits, flush_barrier=flush is not None),
+        TaskRpcs(tasks, limits, flush is not None, sweeper.note if sweeper else lambda t: None),
         AdminRpcs(backend.admin, tasks, backend.seeds, limits, redis_url),
         SeedRpcs(backend.seeds, limits),
         FlushRpcs(flush),

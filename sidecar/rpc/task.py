@@ -7,7 +7,7 @@ authorizes and maps errors around it, and the store it is given measures (metere
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import msgpack
 
@@ -18,6 +18,7 @@ from ..config import Limits
 from ..logs import REQUEST
 from ..restore import stream_restore
 from ..storage.base import TaskStore
+from ..storage.values import TaskKey
 from . import wire
 from .wire import bad
 
@@ -27,10 +28,17 @@ log = logging.getLogger("taskstate.sidecar")
 class TaskRpcs:
     """taskstate.v1.TaskStateService's task calls over a TaskStore."""
 
-    def __init__(self, store: TaskStore, limits: Limits, flush_barrier: bool) -> None:
+    def __init__(
+        self,
+        store: TaskStore,
+        limits: Limits,
+        flush_barrier: bool,
+        served: Callable[[TaskKey], None] = lambda task: None,
+    ) -> None:
         self.store = store
         self.limits = limits
         self.flush_barrier = flush_barrier  # the executor plugin's barrier runs beside us
+        self.served = served  # the sweeper hears of each task opened or committed here
 
     async def Open(self, request: pb.OpenRequest) -> pb.OpenResponse:  # noqa: N802
         """Claim the task for an attempt; roll back a replayed batch (see the .proto)."""
@@ -52,6 +60,7 @@ class TaskRpcs:
             event_time_ms=request.event_time_ms if request.HasField("event_time_ms") else None,
         )
         REQUEST.set({**(REQUEST.get() or {}), "epoch": r.epoch})
+        self.served(task)
         log.log(
             logging.INFO if r.rolled_back else logging.DEBUG,
             "task opened (replayed batch rolled back)" if r.rolled_back else "task opened",
@@ -106,6 +115,7 @@ class TaskRpcs:
             writer=wire.writer(request.writer),
             durability=durability,
         )
+        self.served(task)
         return pb.CommitResponse(
             version=r.version,
             size=r.size,

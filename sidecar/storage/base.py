@@ -212,6 +212,15 @@ class AdminStore(Protocol):
         """The store's topology, servers and whether `durability` is possible there."""
         ...
 
+    async def sweep(self, task: TaskKey, idle_s: float) -> int:
+        """Delete the task's keys whose time to live ran out by the clock; how many.
+
+        Only a task opened and written no more recently than `idle_s` seconds ago, in
+        processing time. Its last batch takes the sweep's time as its now (a replay of it
+        finds these keys expired too). A version in the change log.
+        """
+        ...
+
 
 class SeedStore(Protocol):
     """Writes of the data source (`df.write.format("taskstate")`): all or nothing.

@@ -43,13 +43,15 @@ from taskstate.client import (
     StateChangedError,
 )
 from taskstate.client.admin import READ_ATTEMPTS
-from taskstate.proto import ids
+from taskstate.proto import envelope, ids
 from taskstate.proto import taskstate_pb2 as pb
 
 from .connect import client_for, unreachable
 from .options import FORMAT, Options
 
-READ_SCHEMA = "partition int, key string, value string, batch long"
+# expires: the key's expiry in epoch ms (null: none); version: the schema version that
+# wrote its value (TaskState(ttl=..., version=...))
+READ_SCHEMA = "partition int, key string, value string, batch long, expires long, version int"
 _LEN = struct.Struct("<II")  # a spilled chunk: the sizes of its packed entries and deletes
 
 
@@ -199,13 +201,22 @@ def _rows(
     partition: int, keys: list[Any], values: list[Any], batch: int, deleted: bool | None = None
 ) -> pa.RecordBatch:
     n = len(keys)
+    expires: list[int | None] | None = None
+    versions: list[int] | None = None
+    if any(v is not None and v[:1] == envelope.MARK for v in values):  # most have none
+        parsed = [envelope.parse(v) if v is not None else (None, 1, None) for v in values]
+        expires = [p[0] for p in parsed]
+        versions = [p[1] for p in parsed]
+        values = [p[2] for p in parsed]
     arrays = [
         pa.array([partition] * n, pa.int32()),
         pa.array(keys, pa.string()),
         pa.array(values, pa.string()),
         pa.array([batch] * n, pa.int64()),
+        pa.array(expires, pa.int64()) if expires is not None else pa.nulls(n, pa.int64()),
+        pa.array(versions if versions is not None else [1] * n, pa.int32()),
     ]
-    names = ["partition", "key", "value", "batch"]
+    names = ["partition", "key", "value", "batch", "expires", "version"]
     if deleted is not None:
         arrays.append(pa.array([deleted] * n, pa.bool_()))
         names.append("deleted")

@@ -6,6 +6,7 @@ import fnmatch
 import time
 from collections.abc import AsyncIterator, Sequence
 
+from taskstate.proto import envelope
 from taskstate.proto.durability import Durability
 
 from ... import errors
@@ -117,8 +118,13 @@ class MemoryAdmin:
         if t is None:
             raise errors.not_found(task.fq, task.namespace)
         deletes: list[str | bytes] = []
+        now = t.now_ms if t.time == "event" else max(t.now_ms, int(time.time() * 1000))
+
+        def alive(k: str) -> bool:
+            return k in t.data and not envelope.expired(t.data[k], now)
+
         if keys is not None:
-            items = [(k, t.data[k]) for k in keys if k in t.data]
+            items = [(k, t.data[k]) for k in keys if alive(k)]
         elif since_batch is not None:
             covered = t.batch
             if t.log_ver == t.ver:
@@ -132,13 +138,13 @@ class MemoryAdmin:
                 for k in t.log.get(v, [])
             ]
             named = list(dict.fromkeys(changed))
-            items = [(k, t.data[k]) for k in named if k in t.data]
-            deletes = [k for k in named if k not in t.data]
+            items = [(k, t.data[k]) for k in named if alive(k)]
+            deletes = [k for k in named if not alive(k)]
         else:
             items = [
                 (k, v)
                 for k, v in t.data.items()
-                if pattern is None or fnmatch.fnmatchcase(k, pattern)
+                if (pattern is None or fnmatch.fnmatchcase(k, pattern)) and alive(k)
             ]
         for chunk in _chunks(items, max_fields):
             yield ReadPage(chunk)
@@ -189,6 +195,21 @@ class MemoryAdmin:
             self.state.tasks[task] = t
         t.data.update(entries)
         return t.epoch, len(t.data)
+
+    async def sweep(self, task: TaskKey, idle_s: float) -> int:
+        """See base.AdminStore.sweep (as lua/sweep.lua)."""
+        t = self.state.tasks.get(task)
+        now = time.time()
+        if t is None or t.time == "event" or now - t.updated_at < idle_s:
+            return 0
+        now_ms = int(now * 1000)
+        gone = [k for k, v in t.data.items() if envelope.expired(v, now_ms)]
+        for k in gone:
+            del t.data[k]
+        if gone:
+            _log(t, gone, t.batch + 1)
+            t.now_ms = now_ms
+        return len(gone)
 
     async def doctor(self, durability: Durability) -> DoctorReport:
         """Process memory: nothing survives the sidecar, so only 'applied' is possible."""

@@ -189,6 +189,19 @@ class RedisAdmin:
             raise errors.import_partitions(task.fq, count, count)
         return count
 
+    async def sweep(self, task: TaskKey, idle_s: float) -> int:
+        """See base.AdminStore.sweep (lua/sweep.lua)."""
+        meta, data, _, log = task_keys(task)
+        now = time.time()
+        args = self._conn.scripts["sweep"].args(
+            now=str(int(now * 1000)), idle=f"{idle_s:.3f}", seconds=f"{now:.3f}"
+        )
+
+        async def call() -> Any:
+            return await self._conn.evalsha("sweep", (meta, data, log, ttl_keys(task)[0]), args)
+
+        return int(await self._conn.run("sweep", call))
+
     async def doctor(self, durability: Durability) -> DoctorReport:
         """Topology, each primary's version and persistence, and whether `durability` holds."""
         conn = self._conn

@@ -13,17 +13,20 @@ version, ending with a last page that names it and its batch:
   covers when it does not reach back that far.
 
 Every read is refused (PARTITIONS) while a rescale or a write of the data source holds
-the task: what it holds is about to be replaced.
+the task: what it holds is about to be replaced. A key whose time to live has run out is
+left out (a deleted key, in a read of changes) even before a batch or a sweep deletes it:
+in processing time by the clock, in event time by the task's last batch's now.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import redis.exceptions as rex
 
-from taskstate.proto import codes
+from taskstate.proto import codes, envelope
 
 from ... import errors
 from ...errors import SidecarError
@@ -50,9 +53,10 @@ class Reader:
         """Every key (matching `pattern`), all of one version; CHANGED if a commit landed."""
         meta, data = task_keys(task)[:2]
         before = await self._head(task, meta)
+        now = await self._now(meta)
         try:
             async for items in self._scanner.pages(data, max_fields, pattern, "read"):
-                yield ReadPage(list(items.items()))
+                yield ReadPage(_alive(items.items(), now))
         except ServerChangedError:
             pass  # another server answers now: what was sent may not be one version
         else:
@@ -68,6 +72,7 @@ class Reader:
     async def keys(self, task: TaskKey, keys: Sequence[str]) -> AsyncIterator[ReadPage]:
         """Only `keys` (those present), at one version."""
         meta, data = task_keys(task)[:2]
+        now = await self._now(meta)
         at = ""
         version, batch = "", -1
         for i in range(0, max(len(keys), 1), KEYS_PER_STEP):
@@ -81,7 +86,7 @@ class Reader:
                 ) from None
             version, batch = text(r[0]), int(r[1])
             at = version.rpartition(":")[2]
-            found = [(k, v) for k, v in zip(page, r[2:], strict=True) if v is not None]
+            found = _alive(((k, v) for k, v in zip(page, r[2:], strict=True) if v is not None), now)
             if found:
                 yield ReadPage(found)
         yield ReadPage(last=True, version=version, batch=batch)
@@ -91,6 +96,7 @@ class Reader:
     ) -> AsyncIterator[ReadPage]:
         """The keys changed after `since_batch`: their values now, and the deleted ones."""
         meta, data, _, log = task_keys(task)
+        now = await self._now(meta)
         r = await self._script("read_changes", task, (meta, data, log), (), since=str(since_batch))
         version, batch = text(r[0]), int(r[1])
         if not int(r[2]):
@@ -99,7 +105,7 @@ class Reader:
         items: list[tuple[Any, bytes]] = []
         deletes: list[Any] = []
         for k, v in zip(flat[0::2], flat[1::2], strict=True):
-            if v:
+            if v and not envelope.expired(v, now):
                 items.append((k, v))
             else:
                 deletes.append(k)
@@ -108,6 +114,13 @@ class Reader:
         if deletes:
             yield ReadPage(deletes=deletes)
         yield ReadPage(last=True, version=version, batch=batch)
+
+    async def _now(self, meta: str) -> int:
+        """What expiry is measured against: the clock, or in event time the task's now."""
+        client = self._conn.client
+        kind, now = await self._conn.run("read", lambda: client.hmget(meta, "time", "now_ms"))
+        last = int(text(now) or 0)
+        return last if text(kind) == "event" else max(last, int(time.time() * 1000))
 
     async def _head(self, task: TaskKey, meta: str) -> tuple[str, int]:
         """(version token, committed batch); NOT_FOUND / PARTITIONS as the scripts refuse."""
@@ -135,6 +148,11 @@ class Reader:
             if str(exc).startswith("TSMOVED"):
                 raise _MovedError from None
             raise refusal(exc, Refused(task.fq, name)) from None
+
+
+def _alive(items: Any, now: int) -> list[tuple[Any, bytes]]:
+    """The pairs whose value has not expired by `now` (most have no envelope at all)."""
+    return [(k, v) for k, v in items if v[:1] != envelope.MARK or not envelope.expired(v, now)]
 
 
 class _MovedError(Exception):

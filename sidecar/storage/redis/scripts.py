@@ -50,6 +50,7 @@ ARGV: dict[str, tuple[str, ...]] = {
     "rescale_retire": ("lock",),
     "edit": ("key", "value", "codec", "now"),
     "read_keys": ("at",),
+    "sweep": ("now", "idle", "seconds"),
     "read_changes": ("since",),
     "seed_lock": ("lock", "now"),
     "seed_merge": ("lock",),

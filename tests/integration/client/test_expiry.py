@@ -1,0 +1,218 @@
+"""Keys that expire (TaskState(ttl=..., now=...)) and values that change (version, upgrade).
+
+Real sidecar processes and a real redis-server: keys expire in processing time and in
+event time; a replayed batch rolls its expirations back and expires them again, exactly
+once in the state; expired keys leave Redis (and its memory) without their task being
+opened, by the sidecar's sweep or `taskstate sweep`; an upgrade chain reads old values, and
+a value newer than the code is refused with nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from taskstate.client import ConfigError, LocalContext, SchemaVersionError, TaskState, _cache
+from taskstate.proto import envelope
+from taskstate.sidecar.storage.redis.keys import data_key, task_key
+from taskstate.testing import RedisServer, SidecarProcess
+
+from ..conftest import committed_snapshot, snapshot
+
+pytestmark = pytest.mark.integration
+
+
+def ts(side: SidecarProcess, ns: str, batch: int | None, **kw: Any) -> TaskState:
+    return TaskState(LocalContext(0, batch_id=batch), component="c", namespace=ns,
+                     sidecar=side.target, **kw)  # fmt: skip
+
+
+def stored(redis: RedisServer, ns: str) -> dict[str, tuple[int | None, int, Any]]:
+    """Every stored key: (expiry, version, value)."""
+    out = {}
+    for k, v in redis.client().hgetall(data_key(ns, "c", 0)).items():
+        expires, version, body = envelope.parse(v)
+        out[k.decode()] = (expires, version, json.loads(body))
+    return out
+
+
+def index(redis: RedisServer, ns: str) -> dict[str, int]:
+    """The task's expiry index: key -> expiry."""
+    zset = redis.client().zrange(task_key(ns, "c", 0, "ttl"), 0, -1, withscores=True)
+    return {k.decode(): int(score) for k, score in zset}
+
+
+def test_keys_expire_in_processing_time_and_a_write_restarts_their_clock(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
+) -> None:
+    ns = namespace
+    with ts(sidecar, ns, 0, ttl=1.0) as s:
+        s["a"] = 1  # 1 s, the block's
+        s.set("b", 2, ttl=None)  # never
+        s.set("c", {"n": 3}, ttl=0.3)  # 0.3 s, its own
+        s.set("d", [4], ttl=0.3)
+        now0 = s.info.now_ms  # the batch's now: expiries are counted from it
+    assert stored(redis_server, ns) == {
+        "a": (now0 + 1000, 1, 1), "b": (None, 1, 2), "c": (now0 + 300, 1, {"n": 3}),
+        "d": (now0 + 300, 1, [4]),
+    }  # fmt: skip
+    assert index(redis_server, ns) == {"a": now0 + 1000, "c": now0 + 300, "d": now0 + 300}
+    time.sleep(0.5)
+    with ts(sidecar, ns, 1, ttl=1.0) as s:
+        assert s.info.expired == 2
+        assert dict(s) == {"a": 1, "b": 2} and "c" not in s and s.get("d") is None
+        s["d"] = [5]  # written again: a new clock
+        now1 = s.info.now_ms
+    assert set(stored(redis_server, ns)) == {"a", "b", "d"}
+    time.sleep(max(0.0, (now0 + 1100) / 1000 - time.time()))  # a's second has run out
+    _cache.sessions.clear()  # a fresh worker: reads on demand, no copy to trust
+    with ts(sidecar, ns, 2, ttl=1.0) as s:
+        assert "a" not in s and s["d"] == [5] and s["b"] == 2  # d's clock restarted at batch 1
+    assert index(redis_server, ns) == {"d": now1 + 1000}
+
+
+def test_in_event_time_a_replay_expires_again_exactly_once(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
+) -> None:
+    ns = namespace
+    with ts(sidecar, ns, 0, ttl=5.0, now=1_000) as s:
+        s.update({"k": 1, "m": 1})
+    with ts(sidecar, ns, 1, ttl=5.0, now=5_999) as s:  # k: 1 000 + 5 000 = 6 000
+        assert dict(s) == {"k": 1, "m": 1} and s.info.expired == 0
+        s["m"] = 2  # m's clock restarts: expires at 10 999
+    before = committed_snapshot(redis_server, ns)
+    # batch 2's first attempt: k expires at its first claim, then the attempt dies
+    with pytest.raises(RuntimeError), ts(sidecar, ns, 2, ttl=5.0, now=6_000) as s:
+        assert s.info.expired == 1 and "k" not in s
+        s["n"] = 9
+        raise RuntimeError("the worker dies")
+    assert "k" not in stored(redis_server, ns)  # gone, and kept in batch 2's rollback record
+    undo = redis_server.client().hgetall(task_key(ns, "c", 0, "undo"))
+    assert set(undo) == {b"k"}
+    # the replay of batch 2 (another attempt, even with a later event time: the batch's now
+    # was fixed at its first claim) rolls the expiry back and expires k again, once
+    _cache.sessions.clear()
+    with ts(sidecar, ns, 2, ttl=5.0, now=60_000) as s:
+        assert s.info.rolled_back and s.info.rolled_back_keys == 1 and s.info.expired == 1
+        assert dict(s) == {"m": 2}  # m (10 999) lives: the batch's now is 6 000, not 60 000
+        s["n"] = 9
+    assert {k: v[2] for k, v in stored(redis_server, ns).items()} == {"m": 2, "n": 9}
+    assert before != committed_snapshot(redis_server, ns)
+    # a block without an event time in a component that used one is refused
+    _cache.sessions.clear()
+    with pytest.raises(ConfigError, match="keys expire in event time"), ts(sidecar, ns, 3):
+        pass
+
+
+def test_expired_keys_leave_redis_without_their_task_being_opened(
+    redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    """A sidecar sweeps the idle tasks it served; `taskstate sweep` those of a gone one."""
+    c = redis_server.client()
+
+    def fill(side: SidecarProcess, ns: str) -> None:
+        with ts(side, ns, 0, ttl=1.0) as s:
+            s.update({f"k{i}": "x" * 1000 for i in range(4000)})
+            s.set("stays", 1, ttl=None)
+
+    sweeping = ["--sweep-every", "0.5", "--sweep-idle", "1"]
+    with SidecarProcess(redis_server.url, tmp_path / "a.sock", extra=sweeping) as side:
+        fill(side, namespace)
+        full = int(c.info("memory")["used_memory"])
+        deadline = time.monotonic() + 15
+        while c.hlen(data_key(namespace, "c", 0)) > 1:
+            assert time.monotonic() < deadline, "the sidecar did not sweep the idle task"
+            time.sleep(0.2)
+    swept = int(c.info("memory")["used_memory"])
+    assert full - swept > 3_000_000, (full, swept)  # the 4 MB of values are gone
+    assert stored(redis_server, namespace) == {"stays": (None, 1, 1)}
+    assert index(redis_server, namespace) == {}
+
+    other = namespace + "-2"
+    with SidecarProcess(
+        redis_server.url, tmp_path / "b.sock", extra=["--sweep-every", "0"]
+    ) as side:
+        fill(side, other)
+        time.sleep(1.2)
+        assert c.hlen(data_key(other, "c", 0)) == 4001  # nobody swept it
+        cmd = [sys.executable, "-m", "taskstate.cli.main", "sweep", other, "--idle-seconds", "0",
+               "--sidecar", side.target]  # fmt: skip
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+        assert r.returncode == 0 and "4000 expired key(s) deleted in 1 task(s)" in r.stdout, r
+        assert c.hlen(data_key(other, "c", 0)) == 1
+
+
+def upgrades() -> Iterator[Any]:
+    yield {1: lambda v: {"count": v}, 2: lambda v: {**v, "total": v["count"] * 10}}
+
+
+def test_an_upgrade_chain_reads_old_values_and_a_newer_one_is_refused(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
+) -> None:
+    ns = namespace
+    with ts(sidecar, ns, 0) as s:  # version 1 code: a bare count
+        s["a"] = 3
+    with ts(sidecar, ns, 1, version=2, upgrade={1: lambda v: {"count": v}}) as s:
+        assert s["a"] == {"count": 3}  # upgraded when read
+        s["b"] = {"count": 4}  # stored at version 2
+    step = next(upgrades())
+    _cache.sessions.clear()
+    with ts(sidecar, ns, 2, version=3, upgrade=step) as s:
+        assert dict(s) == {"a": {"count": 3, "total": 30}, "b": {"count": 4, "total": 40}}
+        s["a"] = s["a"]  # written back: stored at version 3
+    assert {k: v[:2] for k, v in stored(redis_server, ns).items()} == {
+        "a": (None, 3),
+        "b": (None, 2),
+    }
+    # a value of version 4 under version 3 code: refused, naming the task, key and versions
+    with ts(sidecar, ns, 3, version=4) as s:
+        s["c"] = {"count": 1, "total": 1, "new": True}
+    before = committed_snapshot(redis_server, ns)
+    _cache.sessions.clear()
+    with pytest.raises(SchemaVersionError) as err, ts(sidecar, ns, 4, version=3, upgrade=step) as s:
+        s["x"] = 1
+        _ = dict(s)
+    text = str(err.value)
+    assert f"task {ns}/c/0" in text and "key 'c'" in text and "version 4" in text
+    assert "version 3" in text and "Nothing was written" in text
+    assert committed_snapshot(redis_server, ns) == before
+    # a missing step is refused too
+    _cache.sessions.clear()
+    with pytest.raises(SchemaVersionError, match="no upgrade from version 2 to 3"):
+        with ts(sidecar, ns, 4, version=3, upgrade={1: step[1]}) as s:
+            _ = s["b"]
+    with pytest.raises(ConfigError, match="upgrade="):
+        ts(sidecar, ns, 4, version=2, upgrade={2: step[2]})
+
+
+def test_show_and_export_carry_expiry_and_version_and_import_restores_them(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str, tmp_path: Path
+) -> None:
+    ns = namespace
+    with ts(sidecar, ns, 0, ttl=3600, now=1_000, version=2) as s:
+        s["a"] = {"n": 1}
+        s.set("b", 2, ttl=None)
+    cli = [sys.executable, "-m", "taskstate.cli.main"]
+    show = subprocess.run([*cli, "show", f"{ns}/c/0", "--sidecar", sidecar.target],
+                          capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    assert 'a = {"n": 1}  (expires 1970-01-01' in show.stdout and "version 2)" in show.stdout
+    dump = tmp_path / "e.jsonl"
+    subprocess.run([*cli, "export", ns, "--out", str(dump), "--sidecar", sidecar.target],
+                   capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    entries = {e["key"]: e for e in map(json.loads, dump.read_text().splitlines())
+               if e["type"] == "entry"}  # fmt: skip
+    assert entries["a"]["expires"] == 3_601_000 and entries["a"]["version"] == 2
+    assert entries["b"]["version"] == 2 and "expires" not in entries["b"]
+    before = stored(redis_server, ns)
+    subprocess.run([*cli, "import", str(dump), "--replace", "--sidecar", sidecar.target],
+                   capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+    assert stored(redis_server, ns) == before
+    assert index(redis_server, ns) == {"a": 3_601_000}
+    assert snapshot(redis_server, ns)  # and the task is there to open
