@@ -38,6 +38,7 @@ FIGURES = {
     "groups": "groups",
     "rescale": "rescale",
     "datasource": "datasource",
+    "expiry": "expiry",
 }
 
 

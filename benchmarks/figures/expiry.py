@@ -1,0 +1,96 @@
+"""Figures 16 and 17: keys that expire, against keys that do not, in the same run.
+
+- A block writing 10,000 keys of 100-byte values, each with a time to live, against the
+  same block without one (the expiry index kept beside the values, the envelopes): the
+  commit's keys/s ratio, target >= 0.8.
+- A whole restore of a state whose keys half expired (the first claim of the batch
+  deleted them) against the restore of the same state with none expired: the time ratio,
+  target <= 0.6 (half the keys, half the cost).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+from taskstate.client import LocalContext, TaskState
+from taskstate.testing.worker import forget_cached_state
+
+from ..common import Bench, Figure, say, value
+
+SIZES = {"full": (10_000, 7, 200_000), "quick": (2_000, 3, 20_000)}
+
+
+def measure(bench: Bench, size: tuple[int, int, int]) -> list[Figure]:
+    """The expiry figures."""
+    fields, repeats, state = size
+    return [commit_with_ttl(bench.target, fields, repeats), restore_half(bench.target, state)]
+
+
+def _block(target: str, ns: str, batch: int, **kw: object) -> TaskState:
+    return TaskState(LocalContext(0, batch_id=batch), component="c", namespace=ns,
+                     sidecar=target, **kw)  # type: ignore[arg-type]  # fmt: skip
+
+
+def commit_with_ttl(target: str, fields: int, repeats: int) -> Figure:
+    """Commits of `fields` keys with a time to live on each, against the same without."""
+    keys = [f"key-{i}" for i in range(fields)]
+    times: dict[str, list[float]] = {"ttl": [], "plain": []}
+    for b in range(repeats + 1):  # interleaved; batch 0 creates the keys
+        for kind, kw in (("plain", {}), ("ttl", {"ttl": 3600.0})):
+            ns = f"bench-expiry-{kind}-{os.getpid()}"
+            t0 = time.perf_counter()
+            with _block(target, ns, b, **kw) as s:
+                for i, k in enumerate(keys):
+                    s[k] = value(i, b)
+            if b:
+                times[kind].append(time.perf_counter() - t0)
+    with _block(target, f"bench-expiry-ttl-{os.getpid()}", repeats + 1, ttl=3600.0) as s:
+        if len(s) != fields or s["key-7"] != value(7, repeats):
+            raise AssertionError("expiry benchmark: the committed state is not what was written")
+    plain, ttl = statistics.median(times["plain"]), statistics.median(times["ttl"])
+    ratio = plain / ttl
+    return Figure(
+        f"block writing {fields:,} keys, each with a ttl, vs without", fields / ttl,
+        fields / plain, "keys/s", ratio, ">= 0.8", ratio >= 0.8,
+        {"ttl_ms": ttl * 1e3, "plain_ms": plain * 1e3, "repeats": repeats},
+    )  # fmt: skip
+
+
+def restore_half(target: str, keys: int) -> Figure:
+    """A restore of a state half of whose keys expired, against the same state whole."""
+    timed: dict[str, float] = {}
+    for kind in ("whole", "half"):
+        ns = f"bench-expiry-restore-{kind}-{os.getpid()}"
+        with _block(target, ns, 0, ttl=0.5 if kind == "half" else None) as s:
+            for i in range(keys):
+                if i % 2 or kind == "whole":
+                    s.set(f"k{i}", value(i, 0), ttl=None)
+                else:
+                    s[f"k{i}"] = value(i, 0)  # the block's 0.5 s
+        time.sleep(0.7)
+        with _block(target, ns, 1) as s:  # the batch's first claim expires half
+            pass
+        best = float("inf")
+        for b in range(2, 5):
+            forget_cached_state()  # a fresh worker: the whole state comes over
+            os.environ["TASKSTATE_LOAD"] = "eager"
+            try:
+                t0 = time.perf_counter()
+                with _block(target, ns, b) as s:
+                    n = len(s)
+                best = min(best, time.perf_counter() - t0)
+            finally:
+                del os.environ["TASKSTATE_LOAD"]
+            want = keys // 2 if kind == "half" else keys
+            if n != want:
+                raise AssertionError(f"expiry benchmark: restored {n} keys, not {want}")
+        timed[kind] = best
+    say(f"restore {keys:,} keys: whole {timed['whole']:.3f} s, half expired {timed['half']:.3f} s")
+    ratio = timed["half"] / timed["whole"]
+    return Figure(
+        f"restore of {keys:,} keys, half expired, vs none expired", timed["half"],
+        timed["whole"], "s", ratio, "<= 0.6", ratio <= 0.6,
+        {"half_s": timed["half"], "whole_s": timed["whole"]},
+    )  # fmt: skip
