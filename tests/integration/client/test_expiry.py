@@ -216,3 +216,34 @@ def test_show_and_export_carry_expiry_and_version_and_import_restores_them(
     assert stored(redis_server, ns) == before
     assert index(redis_server, ns) == {"a": 3_601_000}
     assert snapshot(redis_server, ns)  # and the task is there to open
+
+
+def test_a_rescale_carries_each_keys_expiry_and_version(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
+) -> None:
+    from taskstate.client.admin import AdminClient
+    from taskstate.sidecar.spark_hash import partition_of
+
+    ns = namespace
+    keys = [f"u{i}" for i in range(40)]
+    for p in range(2):
+        with TaskState(LocalContext(p, batch_id=0), component="c", namespace=ns,
+                       sidecar=sidecar.target, partitions=2, ttl=10.0, now=1_000,
+                       version=2) as s:  # fmt: skip
+            for k in keys:
+                if partition_of(k, 2) == p:
+                    s[k] = {"k": k}
+    with AdminClient(sidecar.target) as admin:
+        steps = list(admin.rescale(ns, "c", 3, quiet_seconds=0))
+    assert steps[-1].phase == "done" and steps[-1].keys == 40
+    c = redis_server.client()
+    for p in range(3):
+        data = c.hgetall(data_key(ns, "c", p))
+        zset = dict(c.zrange(task_key(ns, "c", p, "ttl"), 0, -1, withscores=True))
+        assert {k.decode() for k in data} == {k for k in keys if partition_of(k, 3) == p}
+        assert all(envelope.parse(v)[:2] == (11_000, 2) for v in data.values())
+        assert zset == {k: 11_000.0 for k in data}  # the index made anew from the values
+    _cache.sessions.clear()
+    with TaskState(LocalContext(0, batch_id=1), component="c", namespace=ns,
+                   sidecar=sidecar.target, partitions=3, now=11_000, version=2) as s:  # fmt: skip
+        assert len(s) == 0 and s.info.expired == sum(partition_of(k, 3) == 0 for k in keys)
