@@ -105,6 +105,23 @@ class RetryPolicy:
             ) from None
 
     async def _run(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
+        # the first attempt goes straight (the common case: no retry machinery to build);
+        # only a failure that is safe to retry enters the retrying loop below
+        try:
+            return await fn()
+        except Exception as exc:
+            if not is_safe_to_retry(exc):
+                return await self._retried(what, fn, first=exc)
+            metrics.REDIS_RETRIES.labels(what).inc()
+            metrics.REDIS_ERRORS.labels(what, type(exc).__name__).inc()
+            log.warning("redis call failed, retrying", extra={"op": what, "attempt": 1,
+                                                              "error": repr(exc)})  # fmt: skip
+        return await self._retried(what, fn)
+
+    async def _retried(
+        self, what: str, fn: Callable[[], Awaitable[T]], first: Exception | None = None
+    ) -> T:
+        """Run `fn` under the retry policy (after a failed first attempt), or map `first`."""
 
         def _log(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
@@ -116,6 +133,8 @@ class RetryPolicy:
             )
 
         try:
+            if first is not None:
+                raise first
             async for attempt in AsyncRetrying(
                 retry=retry_if_exception(is_safe_to_retry),
                 stop=stop_after_delay(self.deadline_s),

@@ -25,21 +25,37 @@ from .keys import (
 from .replies import text
 from .routing import Connection
 
+INDEX_AGAIN_S = 60.0  # an Open records its task in the index again after this long
+
 
 class NamespaceRecords:
     """The index set (`ts:idx:{ns}`) and the record hash (`ts:ns:{ns}`) of namespaces."""
 
     def __init__(self, conn: Connection) -> None:
         self._conn = conn
+        self._indexed: dict[TaskKey, float] = {}  # task -> when this sidecar last indexed it
 
     async def index(self, task: TaskKey) -> None:
         """Record the task in its namespace's index (for listing, and lost-state checks)."""
         client = self._conn.client
         member = index_member(task)
         await self._conn.run("index", lambda: client.sadd(index_key(task.namespace), member))
+        self._indexed[task] = time.monotonic()
+
+    async def index_often(self, task: TaskKey) -> None:
+        """`index`, skipped when this sidecar indexed the task in the last INDEX_AGAIN_S.
+
+        Every Open records its task (an index that lost it would not tell the task's lost
+        state from a new task's); once a minute is as good as at every batch, and saves a
+        round trip per Open.
+        """
+        last = self._indexed.get(task)
+        if last is None or time.monotonic() - last > INDEX_AGAIN_S:
+            await self.index(task)
 
     async def unindex(self, task: TaskKey) -> None:
         """Forget the task in its namespace's index."""
+        self._indexed.pop(task, None)
         client = self._conn.client
         member = index_member(task)
         await self._conn.run("index", lambda: client.srem(index_key(task.namespace), member))

@@ -96,7 +96,10 @@ class RedisTaskStore:
             r = await self._open_script(task, batch, args, partitions)
         except rex.ResponseError as exc:
             raise refusal(exc, Refused(task.fq, "open", batch, codec, partitions)) from None
-        await self._records.index(task)
+        if args["ask_index"] == "0":  # a task with no keys before: it joins the index now
+            await self._records.index(task)
+        else:
+            await self._records.index_often(task)
         result = OpenResult(
             epoch=int(r[0]),
             committed_batch=int(r[1]),
