@@ -39,6 +39,7 @@ FIGURES = {
     "rescale": "rescale",
     "datasource": "datasource",
     "expiry": "expiry",
+    "sidecar": "sidecar_cpu",
 }
 
 

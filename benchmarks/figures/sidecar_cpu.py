@@ -1,0 +1,101 @@
+"""Figures 18-19: a block (Open + Commit of 10 keys) end to end, and what it costs the sidecar.
+
+1, 2 and 4 client processes (spawned, as Spark's Python workers are) each loop
+`with TaskState(...)` blocks that write 10 keys of about 100 bytes, a new task attempt
+per block (as each micro-batch is); the sidecar's and Redis' CPU time over the run (their
+processes' times), divided by the blocks: what one block costs each, and the blocks per
+second one sidecar sustained. The latency figure is the p50 of one client's blocks
+against redis-py's PING p50, same run.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import statistics
+import time
+from multiprocessing.queues import Queue
+from typing import Any
+
+from ..common import Bench, Figure, pct, say
+
+SIZES = {"full": (600, (1, 2, 4)), "quick": (100, (1, 2))}
+WARM = 20
+
+
+def _cpu_s(pid: int) -> float:
+    """A process's user + system CPU seconds so far (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _client(target: str, ns: str, part: int, blocks: int, out: Queue[list[float]]) -> None:
+    from taskstate.client import LocalContext, TaskState
+
+    value = "x" * 90
+    lat = []
+    for b in range(blocks + WARM):
+        t0 = time.perf_counter()
+        with TaskState(LocalContext(part, batch_id=b), component="c", namespace=ns,
+                       sidecar=target) as s:  # fmt: skip
+            for k in range(10):
+                s[f"k{k}"] = value
+        if b >= WARM:
+            lat.append(time.perf_counter() - t0)
+    out.put(lat)
+
+
+def measure(bench: Bench, size: tuple[int, tuple[int, ...]]) -> list[Figure]:
+    """The block latency figure and the sidecar's CPU per block."""
+    blocks, clients = size
+    assert bench.side.proc is not None  # noqa: S101 - started by the driver
+    side_pid = bench.side.proc.pid
+    c = bench.redis.client()
+    redis_pid = int(c.info("server")["process_id"])
+    pings = []
+    for _ in range(2000):
+        t0 = time.perf_counter()
+        c.ping()
+        pings.append(time.perf_counter() - t0)
+    ping50 = statistics.median(pings)
+    ctx = multiprocessing.get_context("spawn")
+    figures: list[Figure] = []
+    per_block: dict[int, tuple[float, float, float]] = {}
+    for n in clients:
+        ns = f"bench-cpu-{n}-{time.time_ns() % 10**9}"
+        q: Queue[list[float]] = ctx.Queue()
+        procs = [ctx.Process(target=_client, args=(bench.target, ns, p, blocks, q))
+                 for p in range(n)]  # fmt: skip
+        s0, r0, t0 = _cpu_s(side_pid), _cpu_s(redis_pid), time.perf_counter()
+        for p in procs:
+            p.start()
+        lats = [x for _ in procs for x in q.get()]
+        for p in procs:
+            p.join()
+        wall = time.perf_counter() - t0
+        done = n * (blocks + WARM)
+        side_us = 1e6 * (_cpu_s(side_pid) - s0) / done
+        redis_us = 1e6 * (_cpu_s(redis_pid) - r0) / done
+        per_block[n] = (side_us, redis_us, done / wall)
+        if c.hlen(f"ts:{{{ns}/c/0}}:data") != 10:
+            raise AssertionError("sidecar CPU benchmark: a task does not hold its 10 keys")
+        say(f"{n} client(s): sidecar {side_us:.0f} us/block, redis {redis_us:.0f} us/block, "
+            f"{done / wall:.0f} blocks/s, p50 {statistics.median(lats) * 1e3:.2f} ms")  # fmt: skip
+        if n == 1:
+            lats.sort()
+            p50 = pct(lats, 0.5)
+            figures.append(Figure(
+                "block writing 10 keys (Open + Commit), p50 vs redis-py PING p50", p50 * 1e3,
+                ping50 * 1e3, "ms", p50 / ping50, "<= 15", p50 / ping50 <= 15,
+                {"p99_ms": pct(lats, 0.99) * 1e3},
+            ))  # fmt: skip
+    for n, (side_us, redis_us, rate) in per_block.items():
+        ratio = side_us / redis_us if redis_us else float("inf")
+        detail: dict[str, Any] = {"blocks_per_s": round(rate), "sidecar_us_per_key": side_us / 10,
+                                  "redis_us_per_block": round(redis_us)}  # fmt: skip
+        figures.append(Figure(
+            f"sidecar CPU per block (Open + Commit, 10 keys), {n} client(s) at once, vs Redis'",
+            side_us, redis_us, "us/block", ratio, "<= 2", ratio <= 2, detail,
+        ))  # fmt: skip
+    return figures
