@@ -157,6 +157,13 @@ class Connection:
             else:
                 commands.append(("WAITAOF", wait[1], wait[2], wait[3]))
         for _ in range(3):
+            if len(commands) == 1 and self.kind != "cluster":
+                # the common case, one command: without a pipeline's machinery
+                try:
+                    return await self.client.execute_command(*commands[0])
+                except rex.NoScriptError:
+                    await self.load_scripts(None)
+                    continue
             node, replies = await self.send(keys[0], commands)
             first = replies[0]
             if isinstance(first, rex.NoScriptError):
