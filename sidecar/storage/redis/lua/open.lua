@@ -203,22 +203,8 @@ if event then now_b = tonumber(ARGV[12]) end
 if has_batch and m[23] == ARGV[1] and m[24] then now_b = tonumber(m[24]) end
 local expired = 0
 if redis.call('EXISTS', ttl) == 1 then
-  local due = redis.call('ZRANGEBYSCORE', ttl, '-inf', now_b)
-  local gone, old = {}, {}
+  local gone, old = take_expired(ttl, data, now_b)  -- prelude.lua
   local CH = 2000
-  for i = 1, #due, CH do
-    local ks = {unpack(due, i, math.min(i + CH - 1, #due))}
-    local vs = redis.call('HMGET', data, unpack(ks))
-    for j = 1, #ks do
-      local e = vs[j] and expiry_of(vs[j])
-      if e and e <= now_b then
-        gone[#gone + 1] = ks[j]
-        old[#old + 1] = ks[j]
-        old[#old + 1] = vs[j]
-      end
-    end
-    redis.call('ZREM', ttl, unpack(ks))  -- gone, or its entry was stale
-  end
   if #gone > 0 then
     if has_batch then
       -- a write of this batch: its rollback record (a fresh one: a replay rolled back the

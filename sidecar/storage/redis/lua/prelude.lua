@@ -70,3 +70,30 @@ local LUA_HEAP_KB = 8192
 local function free_lua_heap()
   if collectgarbage('count') > LUA_HEAP_KB then collectgarbage('collect') end
 end
+
+-- take_expired(ttl, data, now): the keys whose value expires at or before `now`, and a
+-- flat list of them with their values (key, value, ...), taken out of the expiry index;
+-- an index entry the value no longer agrees with is set right. Deletes nothing from data.
+local function take_expired(ttl, data, now)
+  local gone, old = {}, {}
+  local due = redis.call('ZRANGEBYSCORE', ttl, '-inf', now)
+  for i = 1, #due, 2000 do
+    local ks = {unpack(due, i, math.min(i + 1999, #due))}
+    local vs = redis.call('HMGET', data, unpack(ks))
+    local fix = {}
+    for j = 1, #ks do
+      local e = vs[j] and expiry_of(vs[j])
+      if e and e <= now then
+        gone[#gone + 1] = ks[j]
+        old[#old + 1] = ks[j]
+        old[#old + 1] = vs[j]
+      elseif e then
+        fix[#fix + 1] = e
+        fix[#fix + 1] = ks[j]
+      end
+    end
+    redis.call('ZREM', ttl, unpack(ks))
+    if #fix > 0 then redis.call('ZADD', ttl, unpack(fix)) end
+  end
+  return gone, old
+end

@@ -18,19 +18,8 @@ for _, t in ipairs({m[2], m[3]}) do
 end
 local now = tonumber(ARGV[1])
 if m[8] and tonumber(m[8]) > now then return 0 end
-local due = redis.call('ZRANGEBYSCORE', ttl, '-inf', now)
-if #due == 0 then return 0 end
-local gone = {}
+local gone = take_expired(ttl, data, now)  -- prelude.lua
 local CH = 2000
-for i = 1, #due, CH do
-  local ks = {unpack(due, i, math.min(i + CH - 1, #due))}
-  local vs = redis.call('HMGET', data, unpack(ks))
-  for j = 1, #ks do
-    local e = vs[j] and expiry_of(vs[j])
-    if e and e <= now then gone[#gone + 1] = ks[j] end
-  end
-  redis.call('ZREM', ttl, unpack(ks))
-end
 for i = 1, #gone, CH do
   redis.call('HDEL', data, unpack(gone, i, math.min(i + CH - 1, #gone)))
 end
