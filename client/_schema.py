@@ -25,6 +25,8 @@ from ._errors import CodecError, ConfigError, SchemaVersionError
 
 Upgrade = Callable[[Any], Any]
 NO_TTL: Any = object()  # Changes.ttls: the key takes the block's time to live
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_MS = datetime.timedelta(milliseconds=1)
 
 
 class Schema:
@@ -114,7 +116,8 @@ def event_time_ms(task: str, now: Any) -> int | None:
                 "(tzinfo=datetime.UTC) or epoch milliseconds",
                 task,
             )
-        return int(now.timestamp() * 1000)
+        # exact: float seconds * 1000 can land just below the millisecond (1.001 s -> 1000)
+        return (now - _EPOCH) // _MS
     if isinstance(now, bool) or not isinstance(now, int):
         raise ConfigError(
             f"task {task}: now={now!r}: give the event time as epoch milliseconds (int) or "
