@@ -19,6 +19,7 @@ from ..restore import (
     MAX_CHUNK_FIELDS,
     delete_chunk,
     entries_chunk,
+    flat_chunks,
     packed_chunk,
     pieces,
 )
@@ -178,6 +179,11 @@ class AdminRpcs:
             if page.deletes:
                 sent += len(page.deletes)
                 yield delete_chunk(page.deletes, request.packed)
+            if page.flat:
+                sent += len(page.flat) // 2
+                for chunk in flat_chunks(page.flat, request.packed):
+                    chunk.delta = delta
+                    yield chunk
             for piece in pieces(page.items) if page.items else ():
                 sent += len(piece)
                 chunk = packed_chunk(piece) if request.packed else entries_chunk(piece)

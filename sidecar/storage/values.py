@@ -121,6 +121,9 @@ class ReadPage:
     items: Sequence[tuple[str | bytes, bytes]] = ()
     deletes: Sequence[str | bytes] = ()
     last: bool = False
+    # the keys and values as one flat list [key1, value1, ...] (a whole read's pages, as
+    # Redis sends them), instead of `items`
+    flat: Sequence[bytes] = ()
     version: str = ""
     batch: int = -1
 

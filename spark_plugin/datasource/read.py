@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 import msgpack
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSourceReader,
@@ -203,18 +204,18 @@ def _rows(
     n = len(keys)
     expires: list[int | None] | None = None
     versions: list[int] | None = None
-    if any(v is not None and v[:1] == envelope.MARK for v in values):  # most have none
+    if any(v[:1] == envelope.MARK for v in values if v is not None):  # most have none
         parsed = [envelope.parse(v) if v is not None else (None, 1, None) for v in values]
         expires = [p[0] for p in parsed]
         versions = [p[1] for p in parsed]
         values = [p[2] for p in parsed]
     arrays = [
-        pa.array([partition] * n, pa.int32()),
+        pa.array(np.full(n, partition, dtype=np.int32)),  # constants: numpy, no Python list
         pa.array(keys, pa.string()),
         pa.array(values, pa.string()),
-        pa.array([batch] * n, pa.int64()),
+        pa.array(np.full(n, batch, dtype=np.int64)),
         pa.array(expires, pa.int64()) if expires is not None else pa.nulls(n, pa.int64()),
-        pa.array(versions if versions is not None else [1] * n, pa.int32()),
+        pa.array(versions, pa.int32()) if versions else pa.array(np.ones(n, dtype=np.int32)),
     ]
     names = ["partition", "key", "value", "batch", "expires", "version"]
     if deleted is not None:

@@ -55,8 +55,8 @@ class Reader:
         before = await self._head(task, meta)
         now = await self._now(meta)
         try:
-            async for items in self._scanner.pages(data, max_fields, pattern, "read"):
-                yield ReadPage(_alive(items.items(), now))
+            async for flat in self._scanner.flat_pages(data, max_fields, pattern, "read"):
+                yield ReadPage(flat=_alive_flat(flat, now))
         except ServerChangedError:
             pass  # another server answers now: what was sent may not be one version
         else:
@@ -148,6 +148,14 @@ class Reader:
             if str(exc).startswith("TSMOVED"):
                 raise _MovedError from None
             raise refusal(exc, Refused(task.fq, name)) from None
+
+
+def _alive_flat(flat: list[bytes], now: int) -> list[bytes]:
+    """[key, value, ...] without the pairs whose value has expired by `now`."""
+    if not any(v[:1] == envelope.MARK for v in flat[1::2]):  # the common case: no envelope
+        return flat
+    return [x for k, v in zip(flat[0::2], flat[1::2], strict=True)
+            if not envelope.expired(v, now) for x in (k, v)]  # fmt: skip
 
 
 def _alive(items: Any, now: int) -> list[tuple[Any, bytes]]:

@@ -38,6 +38,45 @@ class Scanner:
         (next_cursor, items), info = replies
         return str(info.get("run_id", "")), int(next_cursor), items
 
+    async def flat_pages(
+        self, key: str, count: int, match: str | None, what: str
+    ) -> AsyncIterator[list[bytes]]:
+        """`pages`, each as Redis sends it: [field1, value1, field2, ...] (no dict built).
+
+        The command goes as bytes (b"HSCAN"), which redis-py's reply callbacks (keyed by
+        str) do not match: the reply stays the list Redis sent (tests/integration/
+        sidecar/test_scan_pages.py holds redis-py to that). A cluster's pages come through
+        `pages`.
+        """
+        if self._conn.kind == "cluster":
+            async for items in self.pages(key, count, match, what):
+                yield [x for kv in items.items() for x in kv]
+            return
+        server = None
+        cursor = 0
+        while True:
+            scan: tuple[Any, ...] = (b"HSCAN", key, cursor, "COUNT", count)
+            if match is not None:
+                scan += ("MATCH", match)
+
+            async def page(scan: tuple[Any, ...] = scan) -> list[Any]:
+                return (await self._conn.send(key, [scan, ("INFO", "server")]))[1]
+
+            replies = await self._conn.run(what, page)
+            for r in replies:
+                if isinstance(r, Exception):
+                    raise r
+            (next_cursor, flat), info = replies
+            served_by = str(info.get("run_id", ""))
+            if server is not None and served_by != server:
+                raise ServerChangedError(key)
+            server = served_by
+            cursor = int(next_cursor)
+            if flat:
+                yield flat
+            if cursor == 0:
+                return
+
     async def pages(
         self, key: str, count: int, match: str | None, what: str
     ) -> AsyncIterator[dict[Any, Any]]:
