@@ -12,6 +12,11 @@ with the same faults keeping the state in a plain dict. Faults: the Python worke
 SIGKILLed right after its commit, the sidecar is SIGKILLed (and restarted a second later,
 as the executor plugin would), and the whole query is SIGKILLed and restarted from its
 checkpoint.
+
+With `--expire-after N`, a hashtag not seen for N buckets expires: TaskState(ttl) in event
+time (each batch's now is the start of its first bucket, the same in a replay), so its
+state is deleted, and it starts afresh if seen again; the plain dict mirrors the rule.
+The state then holds at most the hashtags seen in the batch and the N buckets before it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import json
 import math
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -28,7 +34,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,6 +64,7 @@ BURSTS = (("#spark", 6, 30, 0.9), ("#redis", 24, 54, 0.8), ("#exactlyonce", 44, 
 OUT_COLUMNS = ["batch", "part", "tag", "ewma", "bucket"]
 OUT_SCHEMA = "batch long, part int, tag string, ewma double, bucket long"
 FAULTS = ("none", "worker", "sidecar", "restart", "all")
+HASHTAG = r"#\w+"  # what the query extracts from a tweet's text
 
 
 # -- the stream ----------------------------------------------------------------------------
@@ -102,22 +109,80 @@ def close_until(st: dict[str, Any], bucket: int) -> None:
     st["b"], st["n"] = bucket, 0
 
 
-def update_tags(s: Any, events: list[tuple[float, int, str]], end_bucket: int) -> None:
+def update_tags(
+    s: Any,
+    events: list[tuple[float, int, str]],
+    end_bucket: int,
+    store: Callable[[str, dict[str, Any]], None] | None = None,
+) -> None:
     """Apply one batch of (ts, tweet id, tag) events to `s`.
 
     Then every tag is caught up to the end of the batch, so that absent tags decay too.
+    A tag's state: its open bucket `b` with `n` tweets so far, its `ewma`, and the last
+    bucket it was `seen` in. `store(tag, st)` writes it (default: `s[tag] = st`).
     """
+    write = s.__setitem__ if store is None else store
     for ts, _, tag in sorted(events):
         bucket = int(ts // BUCKET_S)
         st = s.get(tag) or {"b": bucket, "n": 0, "ewma": 0.0}
         close_until(st, bucket)
         st["n"] += 1
-        s[tag] = st
+        st["seen"] = bucket
+        write(tag, st)
     for tag in list(s.keys()):
         st = s[tag]
         if st["b"] <= end_bucket:
             close_until(st, end_bucket + 1)
-            s[tag] = st
+            write(tag, st)
+
+
+# -- expiry in event time (--expire-after) -------------------------------------------------
+
+
+def bucket_ms(bucket: int) -> int:
+    """The event time at which `bucket` starts, in epoch ms (the stream starts at 0)."""
+    return bucket * BUCKET_S * 1000
+
+
+def batch_now_ms(batch: int, buckets_per_batch: int) -> int:
+    """A batch's now for expiry: the start of its first bucket.
+
+    The event time up to which every earlier tweet has been processed (the watermark):
+    the same in a replay.
+    """
+    return bucket_ms(batch * buckets_per_batch)
+
+
+def expires_at_ms(st: dict[str, Any], expire_after: int) -> int:
+    """When a tag last seen in bucket `st["seen"]` expires: `expire_after` buckets later."""
+    return bucket_ms(int(st["seen"]) + 1 + expire_after)
+
+
+def expire_plain(plain: dict[str, Any], now_ms: int, expire_after: int) -> int:
+    """The plain dict's copy of TaskState's rule: delete the tags expired by the batch's now.
+
+    Those whose expiry is at or before it, as TaskState's first claim of a batch does in
+    the sidecar. Returns how many went.
+    """
+    gone = [tag for tag, st in plain.items() if expires_at_ms(st, expire_after) <= now_ms]
+    for tag in gone:
+        del plain[tag]
+    return len(gone)
+
+
+def ttl_store(s: Any, expire_after: int) -> Callable[[str, dict[str, Any]], None]:
+    """How `update_tags` writes a tag to TaskState with --expire-after.
+
+    A write restarts a key's clock, and every batch writes every tag (to decay it), so
+    each write gives the key the time it has left: from the batch's now (`s.info.now_ms`,
+    fixed by the batch's first claim) to `expire_after` buckets after it was last seen.
+    """
+    now = s.info.now_ms
+
+    def store(tag: str, st: dict[str, Any]) -> None:
+        s.set(tag, st, ttl=(expires_at_ms(st, expire_after) - now) / 1000)
+
+    return store
 
 
 # -- the query (a child process) ---------------------------------------------------------------
@@ -134,6 +199,7 @@ class DemoOptions:
     kill_worker_at: int = -1
     pause_at: int = -1
     fault_dir: str = ""
+    expire_after: int | None = None  # buckets without a hashtag before it expires
 
 
 _PLAIN: dict[tuple[str, int], dict[str, Any]] = {}
@@ -166,14 +232,26 @@ def make_update(opts: DemoOptions) -> Any:
             for e in f[["ts", "tweet_id", "tag"]].itertuples(index=False, name=None)
         ]
         end_bucket = (batch + 1) * opts.buckets_per_batch - 1
+        expire_after = opts.expire_after
+        now_ms = batch_now_ms(batch, opts.buckets_per_batch)
         if opts.state == "taskstate":
             with TaskState(
-                ctx, component=COMPONENT, namespace=opts.namespace, sidecar=opts.sidecar
+                ctx,
+                component=COMPONENT,
+                namespace=opts.namespace,
+                sidecar=opts.sidecar,
+                # event time: the batch's first claim deletes the tags expired by now_ms
+                now=None if expire_after is None else now_ms,
             ) as s:
-                update_tags(s, events, end_bucket)
+                store = None
+                if expire_after is not None:
+                    store = ttl_store(s, expire_after)
+                update_tags(s, events, end_bucket, store)
                 rows = [(batch, part, tag, st["ewma"], st["b"]) for tag, st in s.items()]
         else:
             plain = _PLAIN.setdefault((opts.namespace, part), {})
+            if expire_after is not None:
+                expire_plain(plain, now_ms, expire_after)
             update_tags(plain, events, end_bucket)
             rows = [(batch, part, tag, st["ewma"], st["b"]) for tag, st in plain.items()]
         maybe_fault(faults, batch, part)
@@ -225,6 +303,8 @@ def run_query(a: argparse.Namespace) -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F  # noqa: N812
 
+    if a.state == "spark" and a.expire_after is not None:
+        raise SystemExit("--expire-after: not with --state spark (the benchmark's job)")
     spark = (
         SparkSession.builder.master(a.master)
         .appName("taskstate-demo")
@@ -244,6 +324,7 @@ def run_query(a: argparse.Namespace) -> int:
         a.kill_worker_at,
         a.pause_at,
         a.fault_dir,
+        a.expire_after,
     )
     tweets = (
         spark.readStream.format(SOURCE_NAME)
@@ -315,6 +396,99 @@ def first_difference(
     return None
 
 
+def keys_per_batch(ewma: dict[tuple[int, str], float], batches: int) -> list[int]:
+    """How many hashtags a run's state held after each batch (a batch emits all of them)."""
+    counts = [0] * batches
+    for b, _ in ewma:
+        if 0 <= b < batches:
+            counts[b] += 1
+    return counts
+
+
+def gone_by_the_end(ewma: dict[tuple[int, str], float], batches: int) -> list[tuple[str, int]]:
+    """The hashtags a run no longer held after its last batch, the hottest first.
+
+    Each with the last batch that held it.
+    """
+    last: dict[str, int] = {}
+    peak: dict[str, float] = {}
+    for (b, tag), v in ewma.items():
+        last[tag] = max(last.get(tag, b), b)
+        peak[tag] = max(peak.get(tag, v), v)
+    gone = sorted((t for t, b in last.items() if b < batches - 1), key=lambda t: (-peak[t], t))
+    return [(t, last[t]) for t in gone]
+
+
+def tags_by_bucket(batches: int, per_batch: int, buckets_per_batch: int) -> dict[int, set[str]]:
+    """The hashtags of each 5-second bucket, from the stream itself (not from a run)."""
+    out: dict[int, set[str]] = {}
+    for i in range(batches * per_batch):
+        _, ts, text = tweet(i, per_batch, buckets_per_batch)
+        out.setdefault(int(ts // BUCKET_S), set()).update(re.findall(HASHTAG, text))
+    return out
+
+
+def live_tags(
+    by_bucket: dict[int, set[str]], batches: int, buckets_per_batch: int, expire_after: int | None
+) -> list[int]:
+    """Per batch, how many hashtags the state may hold after it.
+
+    Those seen in the batch or in the `expire_after` buckets before it (without expiry:
+    every one seen so far).
+    """
+    out = []
+    for b in range(batches):
+        end = (b + 1) * buckets_per_batch
+        first = 0 if expire_after is None else max(0, b * buckets_per_batch - expire_after)
+        out.append(len(set().union(*(by_bucket.get(k, set()) for k in range(first, end)))))
+    return out
+
+
+def state_lines(
+    labels: dict[str, str],
+    held: dict[str, list[int]],
+    live: list[int],
+    stored: dict[str, int],
+    expire_after: int | None,
+    gone: Sequence[tuple[str, int]] = (),
+) -> list[str]:
+    """The state section of the demo's output: hashtags held after each batch, per run.
+
+    `gone`: the hashtags golden no longer held at the end (`gone_by_the_end`).
+    """
+    batches = len(live)
+    step = -(-batches // 16)  # at most 17 columns
+    shown = sorted(set(range(0, batches, step)) | {batches - 1})
+    if expire_after is None:
+        rule = "no --expire-after: every hashtag seen stays"
+        bound = "seen so far"
+    else:
+        rule = f"--expire-after {expire_after}: expires when not seen for {expire_after} buckets"
+        bound = f"seen in it or {expire_after} buckets before"
+    lines = [f"hashtags held in the state after each batch ({rule}):"]
+    lines.append(f"{'batch':<32}" + "".join(f"{b:>5}" for b in shown))
+    for name, counts in held.items():
+        lines.append(f"{labels[name]:<32}" + "".join(f"{counts[b]:>5}" for b in shown))
+    lines.append(f"{bound:<32}" + "".join(f"{live[b]:>5}" for b in shown))
+    if stored:
+        held_there = ", ".join(f"{name} {n}" for name, n in stored.items())
+        lines.append(f"keys in Redis after the last batch: {held_there}")
+    if gone:
+        named = ", ".join(f"{tag} (held through batch {b})" for tag, b in gone[:4])
+        more = f" and {len(gone) - 4} more" if len(gone) > 4 else ""
+        lines.append(f"expired and not seen again (golden): {named}{more}")
+    return lines
+
+
+def is_bounded(held: dict[str, list[int]], live: list[int], stored: dict[str, int]) -> bool:
+    """Whether no run held more hashtags after a batch than were seen in its window.
+
+    Nor Redis after the last batch (`stored`: the keys there per taskstate run).
+    """
+    per_batch = all(h <= n for counts in held.values() for h, n in zip(counts, live, strict=True))
+    return per_batch and all(n <= live[-1] for n in stored.values())
+
+
 # -- the orchestrator ----------------------------------------------------------------------
 
 
@@ -352,6 +526,13 @@ class Demo:
         self.sidecar = SidecarProcess(url, self.workdir / "sidecar" / "sidecar.sock", extra=extra)
         self.sidecar.start()
         self.say(f"sidecar ready on {self.sidecar.target}")
+
+    def stored_keys(self, name: str) -> int:
+        """How many keys a taskstate run's state holds in Redis (the sidecar's List)."""
+        from taskstate.client.admin import AdminClient
+
+        with AdminClient(self.sidecar.target) as admin:
+            return sum(t.size for t in admin.tasks(f"{self.prefix}-{name}", COMPONENT))
 
     def stop_all(self) -> None:
         """Kill every query process group, the sidecar and the private Redis."""
@@ -392,6 +573,7 @@ class Demo:
             str(run / "checkpoint"),
             "--fault-dir",
             str(run / "faults"),
+            *([] if a.expire_after is None else ["--expire-after", str(a.expire_after)]),
             *extra,
         ]
         env = dict(os.environ)
@@ -579,6 +761,13 @@ def orchestrate(a: argparse.Namespace) -> int:
             results[name] = read_ewma(workdir / name / "out")
         golden = results["golden"]
         last = a.batches - 1
+        # the state each run held: hashtags per batch, keys left in Redis
+        by_bucket = tags_by_bucket(a.batches, a.tweets_per_batch, a.buckets_per_batch)
+        live = live_tags(by_bucket, a.batches, a.buckets_per_batch, a.expire_after)
+        held = {name: keys_per_batch(results[name], a.batches) for name in results}
+        stored = {name: demo.stored_keys(name) for name, st, _ in scenarios if st == "taskstate"}
+        bounded = None if a.expire_after is None else is_bounded(held, live, stored)
+        gone = gone_by_the_end(golden, a.batches)
         table = top10(golden, last)
         demo.say(f"\ntop 10 hashtags after batch {last}, the last of {a.batches} (golden):")
         demo.say(f"  {'#':>2}  {'hashtag':<16}{'EWMA tweets/s':>14}")
@@ -606,12 +795,22 @@ def orchestrate(a: argparse.Namespace) -> int:
                     "seconds": round(seconds[name], 1),
                     "rows": len(results[name]),
                     "top10_last_batch": top10(results[name], last),
+                    "keys_per_batch": held[name],
+                    "keys_in_redis": stored.get(name),  # after the last batch (None: a dict)
                 }
             )
         demo.say(
             "\nA plain dict in the Python worker loses the state at every fault, and drifts\n"
             "even before the first one: Spark does not pin a partition to one Python worker."
         )
+        demo.say("")
+        for line in state_lines(labels, held, live, stored, a.expire_after, gone):
+            demo.say(line)
+        if bounded is not None:
+            demo.say(
+                f"state bounded: {'yes' if bounded else 'NO'} (every run held at most the "
+                f"hashtags seen in the batch or the {a.expire_after} buckets before it)"
+            )
         peak = sorted(
             {t for (_, t) in golden},
             key=lambda t: -max(v for (b, tt), v in golden.items() if tt == t),
@@ -621,7 +820,15 @@ def orchestrate(a: argparse.Namespace) -> int:
             "batches": a.batches,
             "faults": a.faults,
             "fault_batches": fault_batches(a.batches, a.faults),
+            "buckets_per_batch": a.buckets_per_batch,
+            "expire_after": a.expire_after,
             "runs": summary_runs,
+            "state": {
+                "live_tags_per_batch": live,  # the most each run may hold after each batch
+                "tags_seen": len(set().union(*by_bucket.values())),
+                "bounded": bounded,  # None without --expire-after
+                "gone_by_the_end": gone,  # golden's [tag, the last batch that held it]
+            },
             "top10_golden": table,
             "chart": str(png),
             "workdir": str(workdir),
@@ -638,7 +845,7 @@ def orchestrate(a: argparse.Namespace) -> int:
                 f"--redis-url URL`: namespaces {', '.join(kept)}. Remove it with "
                 "`taskstate drop NS --yes --redis-url URL`."
             )
-        ok = summary_runs[1]["identical"]
+        ok = summary_runs[1]["identical"] and bounded is not False
         return 0 if ok else 1
     except KeyboardInterrupt:
         print("\ntaskstate demo: interrupted; stopping every process it started ...",
@@ -672,6 +879,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--partitions", type=int, default=4,
                    help="stateful tasks, hash partitions (default %(default)s)")  # fmt: skip
     p.add_argument(
+        "--expire-after",
+        type=positive_int,
+        metavar="BUCKETS",
+        help="a hashtag not seen for this many 5-second buckets expires: its state is deleted "
+        "(TaskState ttl in event time) and starts afresh if it is seen again; the summary "
+        "then shows the state stays bounded (default: never)",
+    )
+    p.add_argument(
         "--master",
         default="local[2,4]",
         help="Spark master; it must retry failed tasks: local[N,F], not local[N] "
@@ -686,6 +901,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pause-at", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--progress-file", default=None, help=argparse.SUPPRESS)
     return p
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer of 1 or more."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of 1 or more")
+    return n
 
 
 def main(argv: Sequence[str] | None = None) -> int:

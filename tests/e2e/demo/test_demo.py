@@ -56,6 +56,14 @@ def test_demo_summary_and_chart(
     assert runs["taskstate"]["rows"] == runs["golden"]["rows"] > 0
     assert not runs["plain-dict"]["identical"] and runs["plain-dict"]["largest_ewma_error"] > 0
     assert len(summary["top10_golden"]) == 10
+    # without --expire-after every hashtag seen stays: the state only grows
+    live = summary["state"]["live_tags_per_batch"]
+    assert summary["expire_after"] is None and summary["state"]["bounded"] is None
+    assert runs["golden"]["keys_per_batch"] == runs["taskstate"]["keys_per_batch"] == live
+    assert live == sorted(live) and live[-1] == summary["state"]["tags_seen"]
+    assert runs["golden"]["keys_in_redis"] == runs["taskstate"]["keys_in_redis"] == live[-1]
+    assert summary["state"]["gone_by_the_end"] == []
+    assert "hashtags held in the state after each batch (no --expire-after" in out
     for run in ("taskstate", "plain-dict"):  # every fault struck in both faulted runs
         faults = tmp_path / run / "faults"
         assert {"worker-killed", "sidecar-killed", "paused"} <= {p.name for p in faults.iterdir()}
@@ -78,6 +86,33 @@ def test_demo_summary_and_chart(
         ]
         for panel in thirds:  # each panel has its plotted lines (many colours)
             assert len(panel.getcolors(maxcolors=1 << 16) or []) > 20
+
+
+def test_demo_expire_after_stays_identical_and_bounded(spark_ready: None, tmp_path: Path) -> None:
+    """--expire-after 3: TaskState's event-time ttl under every fault."""
+    proc = _demo([*SMALL, "--faults", "all", "--expire-after", "3", "--out", str(tmp_path)])
+    out, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 0, out[-4000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    runs = {r["name"]: r for r in summary["runs"]}
+    assert summary["expire_after"] == 3
+    assert runs["taskstate"]["identical"] and runs["taskstate"]["largest_ewma_error"] == 0
+    for run in ("taskstate", "plain-dict"):  # every fault struck in both faulted runs
+        faults = tmp_path / run / "faults"
+        assert {"worker-killed", "sidecar-killed", "paused"} <= {p.name for p in faults.iterdir()}
+    # the state holds exactly the hashtags seen in the batch or the 3 buckets before it
+    # (counted from the stream, not from a run), and Redis no more after the last batch
+    state = summary["state"]
+    live = state["live_tags_per_batch"]
+    assert state["bounded"] is True and len(live) == 4
+    assert runs["golden"]["keys_per_batch"] == runs["taskstate"]["keys_per_batch"] == live
+    assert runs["golden"]["keys_in_redis"] == runs["taskstate"]["keys_in_redis"] == live[-1]
+    assert all(n <= m for n, m in zip(runs["plain-dict"]["keys_per_batch"], live, strict=True))
+    assert runs["plain-dict"]["keys_in_redis"] is None
+    assert max(live) < state["tags_seen"]  # hashtags did expire: less than all ever seen
+    assert state["gone_by_the_end"] and "expired and not seen again (golden): #" in out
+    assert "state bounded: yes" in out and "seen in it or 3 buckets before" in out
+    assert "keys in Redis after the last batch: golden " in out
 
 
 def _descendants(root: int) -> dict[int, bytes]:

@@ -13,8 +13,18 @@ from taskstate.demo.trending import (
     ALPHA,
     BUCKET_S,
     BURSTS,
+    batch_now_ms,
+    build_parser,
     close_until,
     compare,
+    expire_plain,
+    expires_at_ms,
+    gone_by_the_end,
+    is_bounded,
+    keys_per_batch,
+    live_tags,
+    state_lines,
+    tags_by_bucket,
     top10,
     tweet,
     update_tags,
@@ -49,6 +59,81 @@ def test_update_tags_catches_every_tag_up_to_the_end_of_the_batch() -> None:
     assert s["#a"]["ewma"] == pytest.approx(expected_a)
     update_tags(s, [], end_bucket=11)  # a batch without #a: it still decays
     assert s["#a"]["ewma"] == pytest.approx(expected_a * (1 - ALPHA) ** 6)
+
+
+def test_update_tags_records_the_last_bucket_a_tag_was_seen_in() -> None:
+    s: dict[str, Any] = {}
+    update_tags(s, [(0.0, 1, "#a"), (11.0, 2, "#a"), (26.0, 3, "#b")], end_bucket=5)
+    assert (s["#a"]["seen"], s["#b"]["seen"]) == (2, 5)
+    update_tags(s, [(31.0, 4, "#b")], end_bucket=11)  # catching #a up is not seeing it
+    assert (s["#a"]["seen"], s["#b"]["seen"]) == (2, 6)
+    written: list[str] = []
+    update_tags(s, [(61.0, 5, "#c")], 17, lambda tag, st: written.append(tag))
+    assert written == ["#c", "#a", "#b"]  # every write goes through `store`, not s[tag]
+    assert "#c" not in s
+
+
+def test_a_tag_expires_once_n_buckets_passed_without_it() -> None:
+    # seen in bucket 4; --expire-after 3: buckets 5, 6, 7 without it, gone from bucket 8
+    st = {"b": 5, "n": 0, "ewma": 1.0, "seen": 4}
+    assert expires_at_ms(st, 3) == 8 * BUCKET_S * 1000
+    assert batch_now_ms(2, 4) == 8 * BUCKET_S * 1000  # batch 2 of 4 buckets starts there
+    plain = {"#a": dict(st), "#b": dict(st, seen=5)}
+    assert expire_plain(plain, 8 * BUCKET_S * 1000 - 1, 3) == 0
+    assert expire_plain(plain, 8 * BUCKET_S * 1000, 3) == 1  # at its expiry: gone
+    assert set(plain) == {"#b"}
+
+
+def test_live_tags_is_the_window_of_buckets_and_bounds_the_runs() -> None:
+    by_bucket = {0: {"#a", "#b"}, 1: {"#b"}, 2: {"#c"}, 3: set(), 4: {"#a"}, 5: {"#d"}}
+    # 2 buckets per batch: batch 1 = buckets 2-3, batch 2 = buckets 4-5
+    assert live_tags(by_bucket, 3, 2, None) == [2, 3, 4]  # all seen so far
+    assert live_tags(by_bucket, 3, 2, 1) == [2, 2, 2]  # + the one bucket before the batch
+    assert live_tags(by_bucket, 3, 2, 9) == [2, 3, 4]
+    ewma = {(0, "#a"): 1.0, (0, "#b"): 1.0, (1, "#b"): 1.0, (1, "#c"): 1.0, (2, "#a"): 1.0}
+    assert keys_per_batch(ewma, 3) == [2, 2, 1]
+    assert is_bounded({"r": [2, 2, 1]}, [2, 2, 2], {"r": 2})
+    assert not is_bounded({"r": [2, 3, 1]}, [2, 2, 2], {})
+    assert not is_bounded({"r": [2, 2, 1]}, [2, 2, 2], {"r": 3})  # Redis holds more
+    streamed = tags_by_bucket(2, 120, 6)
+    assert set(streamed) == set(range(12)) and all(t.startswith("#") for t in streamed[0])
+
+
+def test_state_lines_show_each_run_and_the_bound() -> None:
+    labels = {"golden": "golden (no faults)", "plain-dict": "plain dict"}
+    lines = state_lines(labels, {"golden": [3, 4], "plain-dict": [3, 2]}, [3, 4],
+                        {"golden": 4}, 6)  # fmt: skip
+    assert lines[0].endswith("(--expire-after 6: expires when not seen for 6 buckets):")
+    assert lines[1].split() == ["batch", "0", "1"]
+    assert lines[2].split()[-2:] == ["3", "4"] and lines[3].split()[-2:] == ["3", "2"]
+    assert lines[4].startswith("seen in it or 6 buckets before") and lines[4].endswith("4")
+    assert lines[5] == "keys in Redis after the last batch: golden 4"
+    many = state_lines(labels, {"golden": list(range(40))}, list(range(40)), {}, None)
+    assert len(many[1].split()) - 1 <= 17 and many[1].split()[-1] == "39"
+    assert not any(line.startswith("expired") for line in lines + many)
+    gone = [("#spark", 6), ("#a", 2), ("#b", 3), ("#c", 3), ("#d", 1), ("#e", 0)]
+    last = state_lines(labels, {"golden": [3, 4]}, [3, 4], {}, 6, gone)[-1]
+    assert last == ("expired and not seen again (golden): #spark (held through batch 6), "
+                    "#a (held through batch 2), #b (held through batch 3), #c (held through "
+                    "batch 3) and 2 more")  # fmt: skip
+
+
+def test_gone_by_the_end_lists_the_tags_not_held_after_the_last_batch() -> None:
+    ewma = {(0, "#a"): 0.5, (1, "#a"): 0.2, (0, "#b"): 3.0, (0, "#c"): 1.0, (2, "#c"): 1.0}
+    ewma |= {(b, "#d"): 1.0 for b in range(3)}
+    assert gone_by_the_end(ewma, 3) == [("#b", 0), ("#a", 1)]  # the hottest first
+    assert gone_by_the_end(ewma, 1) == []
+
+
+def test_expire_after_takes_a_positive_number_of_buckets(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert build_parser().parse_args(["--expire-after", "3"]).expire_after == 3
+    assert build_parser().parse_args([]).expire_after is None
+    for bad in ("0", "-2", "x"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["--expire-after", bad])
+        assert "is not a whole number of 1 or more" in capsys.readouterr().err
 
 
 def test_update_is_deterministic_whatever_the_arrival_order() -> None:
