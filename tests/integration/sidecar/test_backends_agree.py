@@ -26,7 +26,7 @@ KEYS = [f"k{i}" for i in range(8)]
 ATTEMPTS = ["app:1", "app:2", "app:3", "other-app:1", ""]  # "": an older client
 
 
-def page_pairs(page: Any) -> list[tuple[Any, bytes]]:
+def pairs_of(page: Any) -> list[tuple[Any, bytes]]:
     """A read page's keys and values (Redis' whole reads come as one flat list)."""
     flat = page.flat
     return list(page.items) + list(zip(flat[0::2], flat[1::2], strict=True))
@@ -179,7 +179,7 @@ async def _operator_story(store: Any, ns: str) -> list[Any]:
             got: dict[str, bytes] = {}
             batch = None
             async for page in store.admin.read(task, 2, pattern=pattern):
-                got.update((k if isinstance(k, str) else k.decode(), v) for k, v in page_pairs(page))
+                got.update((k if isinstance(k, str) else k.decode(), v) for k, v in pairs_of(page))
                 if page.last:
                     batch = page.batch
             return got, batch
@@ -284,7 +284,7 @@ async def _seed_story(store: Any, ns: str) -> list[Any]:
             try:
                 async for page in store.admin.read(task, 100):
                     items = sorted(
-                        (k if isinstance(k, str) else k.decode(), v) for k, v in page_pairs(page)
+                        (k if isinstance(k, str) else k.decode(), v) for k, v in pairs_of(page)
                     )
                     rows.append((p, items, page.batch if page.last else None))
             except SidecarError as exc:
