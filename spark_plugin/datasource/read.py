@@ -23,6 +23,7 @@ from typing import IO, Any
 import msgpack
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import (
     DataSourceReader,
     EqualTo,
@@ -202,26 +203,36 @@ def _rows(
     partition: int, keys: list[Any], values: list[Any], batch: int, deleted: bool | None = None
 ) -> pa.RecordBatch:
     n = len(keys)
-    expires: list[int | None] | None = None
-    versions: list[int] | None = None
-    if any(v[:1] == envelope.MARK for v in values if v is not None):  # most have none
+    expires: pa.Array = pa.nulls(n, pa.int64())
+    versions: pa.Array = pa.array(np.ones(n, dtype=np.int32))  # constants: numpy, no list
+    stored = _text(values)
+    if pc.any(pc.starts_with(stored, envelope.MARK.decode())).as_py():  # most have none
         parsed = [envelope.parse(v) if v is not None else (None, 1, None) for v in values]
-        expires = [p[0] for p in parsed]
-        versions = [p[1] for p in parsed]
-        values = [p[2] for p in parsed]
+        expires = pa.array([p[0] for p in parsed], pa.int64())
+        versions = pa.array([p[1] for p in parsed], pa.int32())
+        stored = _text([p[2] for p in parsed])
     arrays = [
-        pa.array(np.full(n, partition, dtype=np.int32)),  # constants: numpy, no Python list
-        pa.array(keys, pa.string()),
-        pa.array(values, pa.string()),
+        pa.array(np.full(n, partition, dtype=np.int32)),
+        _text(keys),
+        stored,
         pa.array(np.full(n, batch, dtype=np.int64)),
-        pa.array(expires, pa.int64()) if expires is not None else pa.nulls(n, pa.int64()),
-        pa.array(versions, pa.int32()) if versions else pa.array(np.ones(n, dtype=np.int32)),
+        expires,
+        versions,
     ]
     names = ["partition", "key", "value", "batch", "expires", "version"]
     if deleted is not None:
-        arrays.append(pa.array([deleted] * n, pa.bool_()))
+        arrays.append(pa.array(np.full(n, deleted, dtype=np.bool_)))
         names.append("deleted")
     return pa.RecordBatch.from_arrays(arrays, names=names)
+
+
+def _text(items: list[bytes | None]) -> pa.Array:
+    """UTF-8 bytes as a string column, checked (ArrowInvalid if not UTF-8).
+
+    Built as binary, then cast: about 20x faster than pa.array(items, pa.string()), which
+    converts bytes one by one in Python (0.8 us a value; 1M keys cost 1.6 s per worker).
+    """
+    return pa.array(items, pa.binary()).cast(pa.string())
 
 
 def _read_once(options: Options, request: pb.ReadRequest) -> tuple[_Spill, int]:
