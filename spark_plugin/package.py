@@ -160,7 +160,8 @@ def connect_python_notes(out_dir: Path) -> list[str]:
     return [
         "the server's Python (its executors' workers, the plugin's sidecar, and the "
         "Python process that runs foreachBatch functions) must import taskstate: "
-        "pip install taskstate there (or use --pack-env for the executors)",
+        "install it there from this checkout or its wheel (taskstate is not on PyPI): "
+        "pip install '/path/to/taskstate[spark]' (or use --pack-env for the executors)",
         "task code alone (no foreachBatch function that uses taskstate) can also get it "
         "from the client: spark.addArtifacts("
         f"'{out_dir / ZIP_NAME}', pyfile=True)",

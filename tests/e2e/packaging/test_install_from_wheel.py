@@ -17,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tomllib
 import uuid
 import zipfile
 from pathlib import Path
@@ -37,6 +38,7 @@ from pyspark import TaskContext
 from pyspark.sql import SparkSession
 import taskstate.client
 from taskstate.client import TaskState
+
 
 def work(rows):
     ctx = TaskContext.get()
@@ -63,6 +65,23 @@ with TaskState(LocalContext(0, batch_id=1), component="c", namespace=sys.argv[2]
     s["k"]["n"] += 1
     print(s["k"]["n"], s.info.committed_batch)
 """
+
+
+MODULES = """
+import pkgutil, taskstate
+for m in pkgutil.walk_packages(taskstate.__path__, "taskstate."):
+    print(m.name)
+"""
+
+
+def checkout_modules() -> set[str]:
+    """The modules pyproject.toml's folders hold in the checkout, as `taskstate.x.y`."""
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    out: set[str] = set()
+    for name, folder in setup["package-dir"].items():
+        for py in (ROOT / folder).glob("*.py"):
+            out.add(name if py.stem == "__init__" else f"{name}.{py.stem}")
+    return out
 
 
 def run(cmd: list[str], env: dict[str, str], timeout: float = 600, cwd: str = "/") -> str:
@@ -125,6 +144,11 @@ def test_a_fresh_venv_builds_the_wheel_as_documented_and_runs_a_spark_submit(
         [str(bin_ / "python"), "-c", "import taskstate.client as c; print(c.__file__)"], env
     )
     assert where.startswith(str(venv)), where  # the installed package, not the checkout
+    # every module of the checkout is in the wheel (a package left out of pyproject.toml
+    # is missing from a normal install while an editable one still finds it)
+    shipped = set(run([str(bin_ / "python"), "-c", MODULES], env).split())
+    assert checkout_modules() <= shipped, sorted(checkout_modules() - shipped)
+    assert "taskstate.spark_plugin.datasource.read" in shipped
 
     assert "taskstate ls | show | export" in run([str(bin_ / "taskstate"), "--help"], env)
     # the demo and the example job come with the wheel, apart from the library
