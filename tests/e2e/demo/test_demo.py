@@ -33,6 +33,9 @@ def _demo(args: list[str]) -> subprocess.Popen[str]:
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        # Ctrl-C as in a terminal: a suite run as a background job (`bin/test &`) inherits
+        # SIGINT ignored, and a Python started with it ignored never raises KeyboardInterrupt
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
