@@ -39,7 +39,7 @@ def test_quick_benchmarks_run_and_report_every_figure(spark_ready: None, tmp_pat
     hand = [f for f in result["figures"] if f["name"].startswith("hand-over batch")]
     assert len(hand) == 2 and hand[0]["detail"]["40000_delta_restores"] == 5
     groups = [f for f in result["figures"] if f["name"].startswith("applyInPandasWithState")]
-    assert len(groups) == 2 and all(g["ours"] > 0 and g["detail"]["sync_ms"] > 0 for g in groups)
+    assert len(groups) == 1 and groups[0]["ours"] > 0 and groups[0]["detail"]["sync_ms"] > 0
     (mem,) = [f for f in result["figures"] if f["name"].startswith("executor memory")]
     (moved,) = [f for f in result["figures"] if f["name"].startswith("rescale 20,000 keys")]
     assert moved["ours"] > 0 and moved["baseline"] > 0

@@ -3,7 +3,8 @@
 For each API: (a) the Python worker SIGKILLed right after its commit in batch k, (b) the
 executor JVM running that task SIGKILLed under local-cluster[2,1,1024] with the
 plugin-started sidecars, (c) the whole query SIGKILLed and restarted from its checkpoint.
-The plain-dict twin of the job under fault (a) diverges: proof that the checks can fail.
+The plain-dict twin of the job under fault (a) diverges (run for one API): proof that the
+checks can fail.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ SCENARIOS = (
     ("restart", "taskstate", "restart"),
     ("dict-worker", "dict", "worker"),
 )
+# The plain-dict twin proves the fault changes the result when state is not kept; one API
+# shows it (each API's own fault runs prove theirs replayed: _check_equal_golden asserts a
+# rollback), which saves five Spark runs of CI time.
+DICT_TWIN_API = "mapInPandas"
 
 
 @pytest.fixture(scope="module", params=APIS)
@@ -82,6 +87,8 @@ def runs(
     out: dict[str, Any] = {"api": api, "workdir": workdir, "prefix": ns.namespace_prefix}
     try:
         for name, state, faults in SCENARIOS:
+            if state == "dict" and api != DICT_TWIN_API:
+                continue
             runner.run(name, state, faults)
             rows = read_output(workdir / name / "out")
             final = (
@@ -210,5 +217,7 @@ def test_group_blocks_waited_for_the_plugins_flush_only_beside_the_plugin(
 
 
 def test_the_same_job_with_a_plain_dict_diverges(runs: dict[str, Any]) -> None:
+    if runs["api"] != DICT_TWIN_API:
+        pytest.skip(f"the plain-dict twin runs for {DICT_TWIN_API} only")
     assert (runs["workdir"] / "dict-worker" / "faults" / "worker-killed").exists()
     assert runs["dict-worker"]["rows"] != runs["golden"]["rows"]
