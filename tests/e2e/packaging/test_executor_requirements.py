@@ -24,18 +24,7 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[3]
 
-ROUND_TRIP = """
-import sys
-import taskstate.client
-from taskstate.client import LocalContext, TaskState
-with TaskState(LocalContext(0, batch_id=0), component="c", namespace=sys.argv[2],
-               sidecar=sys.argv[1]) as s:
-    s["k"] = {"n": 1}
-with TaskState(LocalContext(0, batch_id=1), component="c", namespace=sys.argv[2],
-               sidecar=sys.argv[1]) as s:
-    s["k"]["n"] += 1
-    print(s["k"]["n"], s.info.committed_batch, taskstate.client.__file__)
-"""
+ROUND_TRIP = Path(__file__).resolve().parents[1] / "jobs" / "round_trip.py"
 
 
 def run(cmd: list[str], env: dict[str, str], timeout: float = 600) -> str:
@@ -81,7 +70,7 @@ def test_the_readme_packages_and_the_pyfiles_zip_run_the_sidecar_and_a_client(
         ready = side.stdout.readline().decode()
         assert "ready" in ready, f"the sidecar did not start:\n{log.read_text()[-3000:]}"
         ns = f"exec-{uuid.uuid4().hex[:6]}"
-        out = run([python, "-c", ROUND_TRIP, f"unix://{sock}", ns], env, timeout=120)
+        out = run([python, str(ROUND_TRIP), f"unix://{sock}", ns], env, timeout=120)
         n, batch, client = out.split()
         assert (n, batch) == ("2", "0"), out
         assert client.startswith(str(pyfiles)), client

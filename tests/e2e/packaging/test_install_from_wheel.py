@@ -54,17 +54,7 @@ json.dump(rows, open(sys.argv[2], "w"))
 spark.stop()
 """
 
-ROUND_TRIP = """
-import sys
-from taskstate.client import LocalContext, TaskState
-with TaskState(LocalContext(0, batch_id=0), component="c", namespace=sys.argv[2],
-               sidecar=sys.argv[1]) as s:
-    s["k"] = {"n": 1}
-with TaskState(LocalContext(0, batch_id=1), component="c", namespace=sys.argv[2],
-               sidecar=sys.argv[1]) as s:
-    s["k"]["n"] += 1
-    print(s["k"]["n"], s.info.committed_batch)
-"""
+ROUND_TRIP = Path(__file__).resolve().parents[1] / "jobs" / "round_trip.py"
 
 
 MODULES = """
@@ -167,8 +157,9 @@ def test_a_fresh_venv_builds_the_wheel_as_documented_and_runs_a_spark_submit(
     try:
         assert side.stdout is not None and "ready" in side.stdout.readline().decode()
         ns = f"wheel-{uuid.uuid4().hex[:6]}"
-        out = run([str(bin_ / "python"), "-c", ROUND_TRIP, f"unix://{sock}", ns], env)
-        assert out.split() == ["2", "0"]
+        out = run([str(bin_ / "python"), str(ROUND_TRIP), f"unix://{sock}", ns], env)
+        n, batch, client = out.split()
+        assert (n, batch) == ("2", "0") and client.startswith(str(venv)), out
     finally:
         side.kill()
         side.wait(30)
