@@ -27,7 +27,8 @@ from ._session import Session
 class Block:
     """The changes of one block and its end (commit, defer or discard)."""
 
-    __slots__ = ("changes", "committer", "ctx", "ident", "mirror", "plain", "schema")
+    __slots__ = ("changes", "committer", "ctx", "head", "ident", "json", "mirror", "plain",
+                 "schema")  # fmt: skip
 
     def __init__(
         self,
@@ -39,8 +40,12 @@ class Block:
     ) -> None:
         self.committer = committer
         self.schema = schema
-        # the assignment's fast path: JSON values stored bare (no time to live, version 1)
-        self.plain = type(schema.codec) is JsonCodec and schema.plain
+        # the assignment's fast path: a scalar encoded by orjson, stored bare (no time to
+        # live, version 1) or after the envelope's head, the same for every key the block
+        # writes with its own time to live at one now (head: that now and the head)
+        self.json = type(schema.codec) is JsonCodec
+        self.plain = self.json and schema.plain
+        self.head: tuple[int, bytes] | None = None
         self.changes = Changes(committer.task_id, schema.codec)
         self.ident = ident
         self.ctx = ctx
@@ -70,12 +75,16 @@ class Block:
         list is encoded again at commit (it may change in place meanwhile).
         """
         changes = self.changes
-        if self.plain and ttl is NO_TTL and value.__class__ in SCALARS and key.__class__ is str:
+        encoded: Any = None
+        if self.json and ttl is NO_TTL and value.__class__ in SCALARS and key.__class__ is str:
             try:
-                encoded: Any = orjson.dumps(value)
+                encoded = orjson.dumps(value)
             except TypeError:
-                encoded = self.schema.codec.encode(changes.task, key, value)
-        else:
+                encoded = None  # (an int beyond 64 bits) the codec's path below
+            else:
+                if not self.plain:
+                    encoded = self._head(now_ms) + encoded
+        if encoded is None:
             encoded = self.schema.codec.encode(changes.task, key, value)
             if is_mutable(value):
                 encoded = REENCODE  # encoded above for the error; again at commit
@@ -89,6 +98,13 @@ class Block:
             changes.ttls[key] = ttl
         elif changes.ttls:
             changes.ttls.pop(key, None)  # the block's time to live again
+
+    def _head(self, now_ms: int) -> bytes:
+        """The envelope before the JSON of a value written with the block's time to live."""
+        head = self.head
+        if head is None or head[0] != now_ms:
+            head = self.head = (now_ms, self.schema.wrap(b"", now_ms, self.schema.ttl_ms))
+        return head[1]
 
     def wrap(self, session: Session) -> Callable[[bytes, Any], bytes] | None:
         """How the values encoded at commit are stored (None: as they are encoded)."""

@@ -37,3 +37,37 @@ def test_an_aware_datetime_is_its_exact_millisecond(now: object, ms: int) -> Non
 def test_a_naive_datetime_or_another_type_is_refused(bad: object) -> None:
     with pytest.raises(ConfigError, match="now="):
         event_time_ms("ns/c/0", bad)
+
+
+def test_what_a_block_with_a_ttl_stores_is_the_envelope_of_each_value() -> None:
+    """Scalars take the assignment's fast path (the block's envelope head + orjson); a dict
+    is wrapped at commit, a float by the codec, a key with its own ttl apart: every
+    stored value is exactly the envelope of its JSON, at the one now of the block."""
+    import orjson
+
+    from taskstate.client import LocalContext, TaskState
+    from taskstate.proto import envelope
+    from taskstate.testing import FakeSidecar
+
+    with FakeSidecar() as fake:
+        with TaskState(LocalContext(0, batch_id=0), component="c", namespace="n",
+                       sidecar=fake.target, ttl=60, version=2) as s:  # fmt: skip
+            s["str"], s["int"], s["none"], s["bool"] = "é", 7, None, True
+            s["float"] = 1.5  # not a fast-path scalar: the codec's path
+            s["dict"] = {"a": [1]}
+            s.set("own", "x", ttl=5)
+            s.set("never", 1, ttl=None)
+        (t,) = fake.storage.state.tasks.values()
+        stored = {k: envelope.parse(v) for k, v in t.data.items()}
+    values = {"str": "é", "int": 7, "none": None, "bool": True, "float": 1.5,
+              "dict": {"a": [1]}, "own": "x", "never": 1}  # fmt: skip
+    assert {k: orjson.loads(v[2]) for k, v in stored.items()} == values
+    assert {v[1] for v in stored.values()} == {2}
+    block = {stored[k][0] for k in ("str", "int", "none", "bool", "float", "dict")}
+    assert len(block) == 1 and None not in block  # one now, the block's ttl
+    (expires,) = block
+    assert expires is not None and stored["own"][0] == expires - 55_000
+    assert stored["never"][0] is None
+    for k, v in t.data.items():  # the bytes are exactly the envelope of that JSON
+        exp, ver, body = envelope.parse(v)
+        assert v == envelope.wrap(body, exp, ver), k
