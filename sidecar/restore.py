@@ -169,20 +169,11 @@ def packed_chunk(piece: Sequence[tuple[str | bytes, bytes]]) -> pb.RestoreChunk:
 
 def flat_chunks(flat: Sequence[bytes], packed: bool) -> list[pb.RestoreChunk]:
     """A page [key1, value1, ...] as chunks of about CHUNK_BYTES (usually one)."""
-    if not packed:
-        pairs = list(zip(flat[0::2], flat[1::2], strict=True))
-        return [entries_chunk(piece) for piece in pieces(pairs)]
-    if sum(map(len, flat)) + 4 * len(flat) <= CHUNK_BYTES:  # in C: the common case
+    if packed and sum(map(len, flat)) + 4 * len(flat) <= CHUNK_BYTES:  # in C: the common case
         return [pb.RestoreChunk(packed=msgpack.packb(flat, use_bin_type=False))]
-    out, start, size = [], 0, 0
-    for i in range(0, len(flat), 2):
-        size += len(flat[i]) + len(flat[i + 1]) + 8
-        if size >= CHUNK_BYTES:
-            out.append(flat[start : i + 2])
-            start, size = i + 2, 0
-    if start < len(flat):
-        out.append(flat[start:])
-    return [pb.RestoreChunk(packed=msgpack.packb(list(x), use_bin_type=False)) for x in out]
+    pairs = list(zip(flat[0::2], flat[1::2], strict=True))
+    chunk = packed_chunk if packed else entries_chunk
+    return [chunk(piece) for piece in pieces(pairs)]
 
 
 def delete_chunk(deletes: Sequence[str | bytes], packed: bool) -> pb.RestoreChunk:

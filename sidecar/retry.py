@@ -112,10 +112,7 @@ class RetryPolicy:
         except Exception as exc:
             if not is_safe_to_retry(exc):
                 return await self._retried(what, fn, first=exc)
-            metrics.REDIS_RETRIES.labels(what).inc()
-            metrics.REDIS_ERRORS.labels(what, type(exc).__name__).inc()
-            log.warning("redis call failed, retrying", extra={"op": what, "attempt": 1,
-                                                              "error": repr(exc)})  # fmt: skip
+            _retrying(what, 1, exc)
         return await self._retried(what, fn)
 
     async def _retried(
@@ -125,12 +122,7 @@ class RetryPolicy:
 
         def _log(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
-            metrics.REDIS_RETRIES.labels(what).inc()
-            metrics.REDIS_ERRORS.labels(what, type(exc).__name__).inc()
-            log.warning(
-                "redis call failed, retrying",
-                extra={"op": what, "attempt": state.attempt_number, "error": repr(exc)},
-            )
+            _retrying(what, state.attempt_number, exc)
 
         try:
             if first is not None:
@@ -172,3 +164,12 @@ class RetryPolicy:
                 ) from exc
             raise
         raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _retrying(what: str, attempt: int, exc: BaseException | None) -> None:
+    """Count and log a failed attempt of a Redis call that will be tried again."""
+    metrics.REDIS_RETRIES.labels(what).inc()
+    metrics.REDIS_ERRORS.labels(what, type(exc).__name__).inc()
+    log.warning(
+        "redis call failed, retrying", extra={"op": what, "attempt": attempt, "error": repr(exc)}
+    )

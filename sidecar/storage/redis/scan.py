@@ -25,10 +25,16 @@ class Scanner:
         self._conn = conn
 
     async def page(
-        self, key: str, cursor: int, count: int, match: str | None = None
-    ) -> tuple[str, int, dict[Any, Any]]:
-        """One HSCAN page: (run id of the answering server, next cursor, fields)."""
-        scan: tuple[Any, ...] = ("HSCAN", key, cursor, "COUNT", count)
+        self, key: str, cursor: int, count: int, match: str | None = None, *, flat: bool = False
+    ) -> tuple[str, int, Any]:
+        """One HSCAN page: (run id of the answering server, next cursor, fields).
+
+        The fields as a dict, or with `flat` as Redis sends them, [field1, value1, ...]: the
+        command then goes as bytes (b"HSCAN"), which redis-py's reply callbacks (keyed by
+        str) do not match, so no dict is built (tests/integration/sidecar/
+        test_scan_pages.py holds redis-py to that).
+        """
+        scan: tuple[Any, ...] = (b"HSCAN" if flat else "HSCAN", key, cursor, "COUNT", count)
         if match is not None:
             scan += ("MATCH", match)
         _, replies = await self._conn.send(key, [scan, ("INFO", "server")])
@@ -43,51 +49,32 @@ class Scanner:
     ) -> AsyncIterator[list[bytes]]:
         """`pages`, each as Redis sends it: [field1, value1, field2, ...] (no dict built).
 
-        The command goes as bytes (b"HSCAN"), which redis-py's reply callbacks (keyed by
-        str) do not match: the reply stays the list Redis sent (tests/integration/
-        sidecar/test_scan_pages.py holds redis-py to that). A cluster's pages come through
-        `pages`.
+        A cluster's pages come through `pages`.
         """
         if self._conn.kind == "cluster":
             async for items in self.pages(key, count, match, what):
                 yield [x for kv in items.items() for x in kv]
             return
-        server = None
-        cursor = 0
-        while True:
-            scan: tuple[Any, ...] = (b"HSCAN", key, cursor, "COUNT", count)
-            if match is not None:
-                scan += ("MATCH", match)
-
-            async def page(scan: tuple[Any, ...] = scan) -> list[Any]:
-                return (await self._conn.send(key, [scan, ("INFO", "server")]))[1]
-
-            replies = await self._conn.run(what, page)
-            for r in replies:
-                if isinstance(r, Exception):
-                    raise r
-            (next_cursor, flat), info = replies
-            served_by = str(info.get("run_id", ""))
-            if server is not None and served_by != server:
-                raise ServerChangedError(key)
-            server = served_by
-            cursor = int(next_cursor)
-            if flat:
-                yield flat
-            if cursor == 0:
-                return
+        async for flat in self._pages(key, count, match, what, flat=True):
+            yield flat
 
     async def pages(
         self, key: str, count: int, match: str | None, what: str
     ) -> AsyncIterator[dict[Any, Any]]:
         """Yield the non-empty HSCAN pages of `key` (at most about `count` fields each)."""
+        async for items in self._pages(key, count, match, what, flat=False):
+            yield items
+
+    async def _pages(
+        self, key: str, count: int, match: str | None, what: str, *, flat: bool
+    ) -> AsyncIterator[Any]:
         server = None
         cursor = 0
         while True:
             cur = cursor
 
-            async def page(cur: int = cur) -> tuple[str, int, dict[Any, Any]]:
-                return await self.page(key, cur, count, match)
+            async def page(cur: int = cur) -> tuple[str, int, Any]:
+                return await self.page(key, cur, count, match, flat=flat)
 
             served_by, cursor, items = await self._conn.run(what, page)
             if server is not None and served_by != server:

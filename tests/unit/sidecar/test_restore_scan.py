@@ -24,9 +24,9 @@ def _storage(pages: list[tuple[str, int, dict[bytes, bytes]]], calls: list[int])
     it = iter(pages)
 
     async def scan(
-        key: str, cursor: int, count: int, match: str | None = None
+        key: str, cursor: int, count: int, match: str | None = None, *, flat: bool = False
     ) -> tuple[str, int, dict[bytes, bytes]]:
-        assert match is None  # a restore reads every field
+        assert match is None and not flat  # a restore reads every field, as a dict
         calls.append(cursor)
         return next(it)
 
