@@ -43,3 +43,40 @@ def test_flat_pages_are_the_same_fields_as_pages_without_a_dict(
     assert all(isinstance(page, list) and len(page) % 2 == 0 for page in flat)
     got = {k: v for page in flat for k, v in zip(page[0::2], page[1::2], strict=True)}
     assert got == want == as_dict
+
+
+def test_flat_pages_ask_for_the_next_page_while_the_caller_holds_one(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    key = f"{namespace}:ahead"
+    redis_server.client().hset(key, mapping={f"k{i}": "v" for i in range(5000)})
+    r = redis_server.client()
+
+    def hscans() -> int:
+        return int(r.info("commandstats").get("cmdstat_hscan", {}).get("calls", 0))
+
+    async def run() -> tuple[int, int, set[asyncio.Task[object]], int]:
+        conn = Connection(RedisSettings(url=redis_server.url), RetryPolicy(), 10.0)
+        try:
+            scanner = Scanner(conn)
+            before = hscans()
+            pages = scanner.flat_pages(key, 500, None, "read")
+            await anext(pages)  # the first page; the second is asked for meanwhile
+            await asyncio.sleep(0.2)
+            asked = hscans() - before
+            await pages.aclose()  # the caller stops: the page in flight is cancelled
+            await asyncio.sleep(0.05)
+            left = asyncio.all_tasks() - {asyncio.current_task()}
+            after = hscans()
+            await asyncio.sleep(0.2)
+            stray = hscans() - after
+            again = sum([len(p) // 2 async for p in scanner.flat_pages(key, 500, None, "read")])
+            return asked, stray, left, again  # type: ignore[return-value]
+        finally:
+            await conn.close()
+
+    asked, stray, left, again = asyncio.run(run())
+    assert asked == 2, f"flat_pages asked for {asked} pages while the caller held the first"
+    # a caller that stops early: nothing more is asked, and the connection still serves
+    assert stray == 0 and not left, f"a stopped scan left {left} running"
+    assert again == 5000
