@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from .routing import Connection
@@ -48,7 +48,7 @@ class Scanner:
 
     async def flat_pages(
         self, key: str, count: int, match: str | None, what: str
-    ) -> AsyncIterator[list[bytes]]:
+    ) -> AsyncGenerator[list[bytes], None]:
         """`pages`, each as Redis sends it: [field1, value1, field2, ...] (no dict built).
 
         Each page is asked for while the caller handles the one before (`_pages` ahead): a
@@ -66,14 +66,14 @@ class Scanner:
 
     async def pages(
         self, key: str, count: int, match: str | None, what: str
-    ) -> AsyncIterator[dict[Any, Any]]:
+    ) -> AsyncGenerator[dict[Any, Any], None]:
         """Yield the non-empty HSCAN pages of `key` (at most about `count` fields each)."""
         async for items in self._pages(key, count, match, what, flat=False, ahead=False):
             yield items
 
     async def _pages(
         self, key: str, count: int, match: str | None, what: str, *, flat: bool, ahead: bool
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncGenerator[Any, None]:
         """The pages; with `ahead`, each asked for before the one before is yielded.
 
         Redis is idle for this scan while a page is parsed and handed on here; asking first

@@ -8,6 +8,7 @@ not in a read that would then yield a dict.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -55,7 +56,7 @@ def test_flat_pages_ask_for_the_next_page_while_the_caller_holds_one(
     def hscans() -> int:
         return int(r.info("commandstats").get("cmdstat_hscan", {}).get("calls", 0))
 
-    async def run() -> tuple[int, int, set[asyncio.Task[object]], int]:
+    async def run() -> tuple[int, int, set[asyncio.Task[Any]], int]:
         conn = Connection(RedisSettings(url=redis_server.url), RetryPolicy(), 10.0)
         try:
             scanner = Scanner(conn)
@@ -71,7 +72,7 @@ def test_flat_pages_ask_for_the_next_page_while_the_caller_holds_one(
             await asyncio.sleep(0.2)
             stray = hscans() - after
             again = sum([len(p) // 2 async for p in scanner.flat_pages(key, 500, None, "read")])
-            return asked, stray, left, again  # type: ignore[return-value]
+            return asked, stray, left, again
         finally:
             await conn.close()
 
