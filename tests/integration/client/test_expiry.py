@@ -78,6 +78,24 @@ def test_keys_expire_in_processing_time_and_a_write_restarts_their_clock(
     assert index(redis_server, ns) == {"d": now1 + 1000}
 
 
+def test_the_index_holds_each_keys_own_expiry_when_a_block_mixes_them(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
+) -> None:
+    # commit.lua reads each value's expiry keeping the last head it parsed (prelude.lua
+    # expiry_of): values of other heads in between, back and forth, must not inherit it
+    ttls = [100.0, 1000.0, None, 100.0, 10.0, 1000.0, None, 100.0]
+    with ts(sidecar, namespace, 0, ttl=100.0, version=2) as s:
+        for i in range(400):
+            s.set(f"k{i}", i, ttl=ttls[i % len(ttls)])
+        now = s.info.now_ms
+    held = stored(redis_server, namespace)
+    want = {f"k{i}": now + int(t * 1000) for i in range(400)
+            if (t := ttls[i % len(ttls)]) is not None}  # fmt: skip
+    assert {k: e for k, (e, _, _) in held.items() if e is not None} == want
+    assert all(v == 2 for _, v, _ in held.values())  # version-only envelopes: `~:2~`
+    assert index(redis_server, namespace) == want
+
+
 def test_in_event_time_a_replay_expires_again_exactly_once(
     redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
 ) -> None:
