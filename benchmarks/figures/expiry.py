@@ -42,15 +42,16 @@ def commit_with_ttl(target: str, fields: int, repeats: int, redis: Any = None) -
 
     Each kind runs `repeats` + 1 blocks in a row (the first warms up), twice, kinds
     alternating, each run from a collected Lua heap (neither pays for the other's garbage
-    in Redis). The ratio depends on this process' history: 0.81-0.88 in a fresh process,
-    0.58-0.61 after a 1,000,000-key allocation (as after the data source figure): the
-    plain blocks go from 51-55 to 38 ms, the ttl blocks stay at 62-65 ms, with Python's
-    collector on or off (docs/benchmarks.md, figure 16).
+    in Redis), after one untimed round of both. The plain blocks used to depend on the
+    process' history: 51-55 ms in a fresh process (about 5,900 page faults per block, from
+    orjson's output held to the commit, client/_block.py), 36-38 after the data source
+    figure had grown the heap; so the ratio was 0.97-1.00 alone and 0.70-0.72 in order.
+    With the client's copy of each value it is 0.74-0.75 either way.
     """
     keys = [f"key-{i}" for i in range(fields)]
     times: dict[str, list[float]] = {"ttl": [], "plain": []}
     b = 0
-    for _ in range(2):
+    for rnd in range(3):  # round 0 is not timed
         for kind, kw in (("plain", {}), ("ttl", {"ttl": 3600.0})):
             ns = f"bench-expiry-{kind}-{os.getpid()}"
             if redis is not None:
@@ -60,7 +61,7 @@ def commit_with_ttl(target: str, fields: int, repeats: int, redis: Any = None) -
                 with _block(target, ns, b + n, **kw) as s:
                     for i, k in enumerate(keys):
                         s[k] = value(i, b + n)
-                if n:
+                if n and rnd:
                     times[kind].append(time.perf_counter() - t0)
         b += repeats + 1
     last = b - 1
