@@ -119,8 +119,11 @@ class Block:
         if schema.plain and not self.changes.ttls:
             return None
         now = session.now_ms
+        head = self._head(now)  # the block's own time to live: one head for every key
 
         def wrap(encoded: bytes, ttl: Any) -> bytes:
+            if ttl is NO_TTL:
+                return head + encoded
             return schema.wrap(encoded, now, schema.ttl_for(ttl))
 
         return wrap

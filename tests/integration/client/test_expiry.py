@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from taskstate.client import ConfigError, LocalContext, SchemaVersionError, TaskState, _cache
+from taskstate.client._schema import NO_TTL
 from taskstate.proto import envelope
 from taskstate.sidecar.storage.redis.keys import data_key, task_key
 from taskstate.testing import RedisServer, SidecarProcess
@@ -82,17 +83,28 @@ def test_the_index_holds_each_keys_own_expiry_when_a_block_mixes_them(
     redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
 ) -> None:
     # commit.lua reads each value's expiry keeping the last head it parsed (prelude.lua
-    # expiry_of): values of other heads in between, back and forth, must not inherit it
-    ttls = [100.0, 1000.0, None, 100.0, 10.0, 1000.0, None, 100.0]
+    # expiry_of): values of other heads in between, back and forth, must not inherit it.
+    # Scalars take the assignment's fast path, dicts are encoded at commit (Block.wrap,
+    # with the block's head for the block's ttl); both are here, with their own ttls and
+    # the block's.
+    ttls = [100.0, 1000.0, None, 100.0, 10.0, 1000.0, None, 100.0, NO_TTL]
     with ts(sidecar, namespace, 0, ttl=100.0, version=2) as s:
         for i in range(400):
-            s.set(f"k{i}", i, ttl=ttls[i % len(ttls)])
+            v = {"i": i} if i % 3 == 0 else i
+            if ttls[i % len(ttls)] is NO_TTL:
+                s[f"k{i}"] = v
+            else:
+                s.set(f"k{i}", v, ttl=ttls[i % len(ttls)])
         now = s.info.now_ms
+    ttls[-1] = 100.0  # the block's
     held = stored(redis_server, namespace)
     want = {f"k{i}": now + int(t * 1000) for i in range(400)
             if (t := ttls[i % len(ttls)]) is not None}  # fmt: skip
     assert {k: e for k, (e, _, _) in held.items() if e is not None} == want
     assert all(v == 2 for _, v, _ in held.values())  # version-only envelopes: `~:2~`
+    assert {k: body for k, (_, _, body) in held.items()} == {
+        f"k{i}": {"i": i} if i % 3 == 0 else i for i in range(400)
+    }
     assert index(redis_server, namespace) == want
 
 
