@@ -108,6 +108,70 @@ def test_the_index_holds_each_keys_own_expiry_when_a_block_mixes_them(
     assert index(redis_server, namespace) == want
 
 
+@pytest.mark.parametrize("first_commit", ["whole", "small, then whole"])
+def test_a_replay_of_a_batch_that_rewrote_the_state_restores_every_expiry(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str, first_commit: str
+) -> None:
+    # A batch that rewrites most of the state keeps its rollback record as a copy of the
+    # data (commit.lua's copy mode), from its first commit or from a later large one
+    # (after a small first commit in fields mode). Its replay must give back the index
+    # as it was before the batch, key by key: new expiries, expiries removed (a key
+    # rewritten without one, a key deleted) and keys added must all be undone.
+    ns = namespace
+    with ts(sidecar, ns, 0, ttl=100.0) as s:
+        for i in range(400):
+            s.set(f"k{i}", {"i": i}, ttl=None if i % 4 == 0 else 100.0 + i)
+    data0 = stored(redis_server, ns)
+    index0 = index(redis_server, ns)
+    assert len(index0) == 300
+    with ts(sidecar, ns, 1, ttl=1000.0) as s:
+        if first_commit != "whole":
+            s["k1"] = "small"
+            s.commit()  # 1 key of 400: fields mode
+        for i in range(400):
+            if i % 5 == 0:
+                del s[f"k{i}"]
+            elif i % 5 == 1:
+                s.set(f"k{i}", i, ttl=None)  # leaves the index
+            else:
+                s[f"k{i}"] = i  # the block's 1,000 s: a new expiry
+        for i in range(400, 450):
+            s[f"k{i}"] = i
+    assert index(redis_server, ns) != index0
+    _cache.sessions.clear()  # the batch runs again: its first attempt's commits roll back
+    with ts(sidecar, ns, 1, ttl=1000.0) as s:
+        assert s.info.rolled_back
+        assert s["k3"] == {"i": 3} and "k400" not in s
+    assert index(redis_server, ns) == index0
+    assert stored(redis_server, ns) == data0
+
+
+def test_a_replay_restores_the_index_of_keys_a_batch_deleted_before_it_rewrote_the_rest(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
+) -> None:
+    # The batch first deletes the only keys with an expiry (a small commit: fields mode;
+    # the index is gone), then rewrites the rest (copy mode from there). Before the batch
+    # there was an index, which only the rollback record's values still show.
+    ns = namespace
+    with ts(sidecar, ns, 0) as s:
+        s.update({f"k{i}": i for i in range(4000)})
+        for i in range(10):
+            s.set(f"k{i}", i, ttl=100.0)
+    data0, index0 = stored(redis_server, ns), index(redis_server, ns)
+    assert len(index0) == 10
+    with ts(sidecar, ns, 1) as s:
+        for i in range(10):
+            del s[f"k{i}"]
+        s.commit()
+        assert index(redis_server, ns) == {}
+        s.update({f"k{i}": -i for i in range(10, 4000)})
+    _cache.sessions.clear()
+    with ts(sidecar, ns, 1) as s:
+        assert s.info.rolled_back and s["k3"] == 3 and s["k11"] == 11
+    assert index(redis_server, ns) == index0
+    assert stored(redis_server, ns) == data0
+
+
 def test_in_event_time_a_replay_expires_again_exactly_once(
     redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
 ) -> None:

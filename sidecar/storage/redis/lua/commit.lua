@@ -1,7 +1,7 @@
 -- Commit(task, epoch, batch, upserts, deletes, position): one atomic change set.
 -- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 ttl (the expiry index: key -> expiry, kept from
---       the values' envelopes, prelude.lua), 6 ttl_undo (in copy mode, the index as it
---       was before the batch)
+--       the values' envelopes, prelude.lua), 6 ttl_undo (an older sidecar's copy of the
+--       index in copy mode: removed)
 -- ARGV: 1 epoch, 2 batch ('' for batch jobs), 3 position ('+' .. bytes, or '' for none),
 --       4 now, 5 writer, 6 the change set's keys (upserted, then deleted) as one msgpack
 --       array (the change log's entry), 7 the upserts: a msgpack array [key1, value1, key2,
@@ -12,7 +12,11 @@
 --   'copy'   when the batch's first change set touches at least a quarter as many keys as
 --            the state holds: undo is a COPY of the data hash as it was (one C-level copy,
 --            several times cheaper per key than recording keys one by one); later commits
---            of the batch record nothing; a rollback RENAMEs it back.
+--            of the batch record nothing; a rollback RENAMEs it back and, when the task
+--            had an expiry index before the batch (meta undo_ttl), rebuilds the index from
+--            it (open.lua): a copy of the index at every such commit cost more (4 ms per
+--            10,000 keys, a third of a ttl block's extra time in Redis) than a rebuild at
+--            the rare rollback.
 --   'fields' otherwise: undo is a hash of, for every key the batch touched, its value
 --            before the batch ('' when it did not exist); later commits of the same batch
 --            (group-scoped commits, retries) add only keys not yet recorded, so a retried
@@ -78,13 +82,12 @@ if has_batch then
     else
       redis.call('UNLINK', undo)  -- freed off the main thread
     end
-    if mode == 'copy' and has_ttl then
-      redis.call('COPY', ttl, ttl_undo, 'REPLACE')
-    else
-      redis.call('UNLINK', ttl_undo)
-    end
+    redis.call('UNLINK', ttl_undo)  -- a copy of the index, as older sidecars made
+    -- copy mode does not copy the expiry index: it is a function of the data, and a
+    -- rollback rebuilds it from the copy when one existed (undo_ttl, open.lua)
     redis.call('HSET', meta, 'undo_batch', ARGV[2], 'prev_batch', m[2] or '-1',
-      'prev_pos', prev_pos, 'batch', ARGV[2], 'undo_mode', mode, 'undo_n', '0')
+      'prev_pos', prev_pos, 'batch', ARGV[2], 'undo_mode', mode, 'undo_n', '0',
+      'undo_ttl', (mode == 'copy' and has_ttl) and '1' or '0')
     m[7] = mode
     fresh = true
   end
@@ -98,13 +101,15 @@ if has_batch then
       local u = redis.call('HGETALL', undo)
       redis.call('COPY', data, undo, 'REPLACE')
       apply_record(undo, u)  -- prelude.lua
-      if has_ttl then
-        redis.call('COPY', ttl, ttl_undo, 'REPLACE')
-        ttl_sync(ttl_undo, u, 1, #u, true)  -- the index as it was before the batch
-      else
-        redis.call('UNLINK', ttl_undo)
+      -- an index before the batch: one now, or a key the batch changed had an expiry
+      local had_ttl = has_ttl
+      for j = 2, #u, 2 do
+        if had_ttl then break end
+        if u[j] ~= '' and expiry_of(u[j]) then had_ttl = true end
       end
-      redis.call('HSET', meta, 'undo_mode', 'copy', 'undo_n', string.format('%d', #u / 2))
+      redis.call('UNLINK', ttl_undo)
+      redis.call('HSET', meta, 'undo_mode', 'copy', 'undo_n', string.format('%d', #u / 2),
+        'undo_ttl', had_ttl and '1' or '0')
       m[7] = 'copy'
     end
   end

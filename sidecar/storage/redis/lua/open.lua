@@ -54,7 +54,7 @@ if foreign then return foreign end
 local m = redis.call('HMGET', meta, 'layout', 'epoch', 'batch', 'gen', 'ver', 'codec',
   'undo_batch', 'prev_batch', 'prev_pos', 'pos', 'undo_mode', 'undo_n', 'claim',
   'claim_batch', 'superseded', 'log_ver', 'log_n', 'size', 'size_ver', 'partitions',
-  'rescale', 'edit_batch', 'now_batch', 'now_ms', 'time')
+  'rescale', 'edit_batch', 'now_batch', 'now_ms', 'time', 'undo_ttl')
 local has_data = redis.call('EXISTS', data) == 1
 if redis.call('EXISTS', meta) == 0 then
   if has_data then
@@ -134,10 +134,11 @@ if has_batch and last == batch and last >= 0 then
     else
       redis.call('UNLINK', data)
     end
-    if redis.call('EXISTS', ttl_undo) == 1 then  -- the expiry index as it was, too
+    if redis.call('EXISTS', ttl_undo) == 1 then  -- an older sidecar's copy of the index
       redis.call('RENAME', ttl_undo, ttl)
     else
       redis.call('UNLINK', ttl)
+      if m[26] == '1' then rebuild_index(ttl, data) end  -- prelude.lua
     end
     nrolled = tonumber(m[12] or '0')
     logged = false
@@ -165,7 +166,8 @@ if has_batch and last == batch and last >= 0 then
     pos = nil
     redis.call('HDEL', meta, 'pos')
   end
-  redis.call('HDEL', meta, 'undo_batch', 'prev_batch', 'prev_pos', 'undo_mode', 'undo_n')
+  redis.call('HDEL', meta, 'undo_batch', 'prev_batch', 'prev_pos', 'undo_mode', 'undo_n',
+    'undo_ttl')
   redis.call('HINCRBY', meta, 'rollbacks', 1)
   if logged then
     redis.call('HSET', meta, 'log_ver', string.format('%d', newver))

@@ -33,14 +33,23 @@ end
 -- one clock reading and one ttl): the last head parsed is kept, and a value that starts
 -- with it costs one plain find, not a pattern match and a new string (10,000 values:
 -- about 2.6 ms of Lua against 4.7).
-local last_head, last_expiry = nil, nil
+local last_head, last_expiry, last_digits = nil, nil, nil
 local function expiry_of(v)
   if string.byte(v, 1) ~= 126 then return nil end
   if last_head and string.find(v, last_head, 1, true) == 1 then return last_expiry end
   local head = string.match(v, '^~%d+:')
   if not head then return nil end
-  last_head, last_expiry = head, tonumber(string.sub(head, 2, -2))
+  last_head, last_digits = head, string.sub(head, 2, -2)
+  last_expiry = tonumber(last_digits)
   return last_expiry
+end
+
+-- expiry_digits(v): `expiry_of(v)` as the envelope writes it, a string of digits: a
+-- ZADD score given as a string goes to Redis as it is, where a Lua number would first be
+-- formatted by redis.call (about 0.3 us each: 3 ms of a 10,000-key commit).
+local function expiry_digits(v)
+  if expiry_of(v) then return last_digits end
+  return nil
 end
 
 -- ttl_sync(ttl, kv, i, stop, known): keep a task's expiry index (a sorted set: key ->
@@ -52,7 +61,7 @@ local function ttl_sync(ttl, kv, i, stop, known)
   for j = i, stop, 2 do
     local v = kv[j + 1]
     local e = nil
-    if v ~= '' then e = expiry_of(v) end
+    if v ~= '' then e = expiry_digits(v) end
     if e then
       add[#add + 1] = e
       add[#add + 1] = kv[j]
@@ -63,6 +72,18 @@ local function ttl_sync(ttl, kv, i, stop, known)
   if #add > 0 then redis.call('ZADD', ttl, unpack(add)) end
   if #rem > 0 then redis.call('ZREM', ttl, unpack(rem)) end
   return #add > 0
+end
+
+-- rebuild_index(ttl, data): the expiry index made anew from every value of `data` (after
+-- a copy-mode rollback, which restores the data but keeps no copy of the index), a page
+-- of HSCAN at a time so that the Lua heap holds a page, not the task.
+local function rebuild_index(ttl, data)
+  local cursor = '0'
+  repeat
+    local page = redis.call('HSCAN', data, cursor, 'COUNT', 1000)
+    cursor = page[1]
+    ttl_sync(ttl, page[2], 1, #page[2], false)
+  until cursor == '0'
 end
 
 -- free_lua_heap(): a full collection of Redis' Lua heap when it holds more than
