@@ -20,7 +20,8 @@ in one Redis Cluster slot and one script can touch all its keys:
 - `ts:{ns/comp/p}:ttl`    sorted set: key -> expiry (epoch ms) of the keys written with a
                          time to live (a value's envelope, taskstate/proto/envelope.py),
                          kept by the scripts that write; `:ttl_undo` the index before the
-                         batch, beside a copy-mode rollback record
+                         batch beside a copy-mode rollback record, as sidecars before
+                         2026-11-25 kept it (a rollback now rebuilds the index instead)
 - `ts:{ns/comp/p}:edits`  hash: operators' edits (`taskstate set/del/erase`) to apply again
                          at the task's next batch, key -> value ('' : delete)
 - `ts:{ns/comp/p}:stage`, `:stage_undo`  a rescale's new data and rollback record for
@@ -107,10 +108,12 @@ def task_keys(task: TaskKey) -> tuple[str, str, str, str]:
 
 
 def ttl_keys(task: TaskKey) -> tuple[str, str]:
-    """(ttl, ttl_undo): the task's expiry index, and the index before the batch.
+    """(ttl, ttl_undo): the task's expiry index, and an older sidecar's copy of it.
 
-    The index maps the keys written with a time to live to their expiry (epoch ms); the
-    second one sits beside a copy-mode rollback record.
+    The index maps the keys written with a time to live to their expiry (epoch ms). The
+    second sat beside a copy-mode rollback record; a rollback now rebuilds the index from
+    the restored data (open.lua), and renames a copy back only when an older sidecar made
+    one.
     """
     n, c, p = task.namespace, task.component, task.partition
     return task_key(n, c, p, "ttl"), task_key(n, c, p, "ttl_undo")
