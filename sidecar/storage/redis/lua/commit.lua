@@ -128,22 +128,26 @@ local function remember(ks)
   local old = redis.call('HMGET', data, unpack(ks))
   local seen = {}
   if not fresh then seen = redis.call('HMGET', undo, unpack(ks)) end
-  local rec = {}
+  local rec, n = {}, 0  -- a count kept: `#rec` would search the table at every append
   for j = 1, #ks do
     if fresh or seen[j] == false then
-      rec[#rec + 1] = ks[j]
-      rec[#rec + 1] = old[j] or ''
+      rec[n + 1] = ks[j]
+      rec[n + 2] = old[j] or ''
+      n = n + 2
     end
   end
-  if #rec > 0 then redis.call('HSET', undo, unpack(rec)) end
+  if n > 0 then redis.call('HSET', undo, unpack(rec, 1, n)) end
 end
 -- upserts, in chunks (unpack has a stack limit)
 local i = 1
 while i <= #ups do
   local stop = math.min(i + 2 * CH, #ups + 1) - 1
   if track then
-    local ks = {}
-    for j = i, stop, 2 do ks[#ks + 1] = ups[j] end
+    local ks, n = {}, 0
+    for j = i, stop, 2 do
+      n = n + 1
+      ks[n] = ups[j]
+    end
     remember(ks)
   end
   redis.call('HSET', data, unpack(ups, i, stop))
@@ -155,9 +159,7 @@ i = 1
 while i <= #dels do
   local stop = math.min(i + CH, #dels + 1) - 1
   if track then
-    local ks = {}
-    for j = i, stop do ks[#ks + 1] = dels[j] end
-    remember(ks)
+    remember({unpack(dels, i, stop)})
   end
   redis.call('HDEL', data, unpack(dels, i, stop))
   if has_ttl then redis.call('ZREM', ttl, unpack(dels, i, stop)) end

@@ -57,21 +57,31 @@ end
 -- is gone). Keys with an expiry join the index at it; the others leave it (`known`: the
 -- index exists, so there may be something to remove). Returns whether it added any.
 local function ttl_sync(ttl, kv, i, stop, known)
-  local add, rem = {}, {}
+  local add, rem, na, nr = {}, {}, 0, 0  -- counts kept: `#t` searches the table each time
+  local byte, find = string.byte, string.find
   for j = i, stop, 2 do
     local v = kv[j + 1]
     local e = nil
-    if v ~= '' then e = expiry_digits(v) end
+    if v ~= '' and byte(v, 1) == 126 then
+      -- expiry_digits inlined for the common case, a value of the last head parsed
+      if last_head and find(v, last_head, 1, true) == 1 then
+        e = last_digits
+      else
+        e = expiry_digits(v)
+      end
+    end
     if e then
-      add[#add + 1] = e
-      add[#add + 1] = kv[j]
+      add[na + 1] = e
+      add[na + 2] = kv[j]
+      na = na + 2
     elseif known then
-      rem[#rem + 1] = kv[j]
+      nr = nr + 1
+      rem[nr] = kv[j]
     end
   end
-  if #add > 0 then redis.call('ZADD', ttl, unpack(add)) end
-  if #rem > 0 then redis.call('ZREM', ttl, unpack(rem)) end
-  return #add > 0
+  if na > 0 then redis.call('ZADD', ttl, unpack(add, 1, na)) end
+  if nr > 0 then redis.call('ZREM', ttl, unpack(rem, 1, nr)) end
+  return na > 0
 end
 
 -- rebuild_index(ttl, data): the expiry index made anew from every value of `data` (after
