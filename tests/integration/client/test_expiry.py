@@ -172,6 +172,23 @@ def test_a_replay_restores_the_index_of_keys_a_batch_deleted_before_it_rewrote_t
     assert stored(redis_server, ns) == data0
 
 
+def test_an_index_entry_the_value_does_not_agree_with_is_set_right_not_expired(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
+) -> None:
+    # An index entry due before the value's own expiry (written by another writer, or
+    # left by a crash between tools): the claim reads the value, keeps the key and puts
+    # the entry at the value's expiry (prelude.lua take_expired).
+    ns = namespace
+    with ts(sidecar, ns, 0, ttl=100.0) as s:
+        s["a"] = 1
+        s.set("b", 2, ttl=None)
+    want = index(redis_server, ns)
+    redis_server.client().zadd(task_key(ns, "c", 0, "ttl"), {"a": 1, "b": 1})
+    with ts(sidecar, ns, 1, ttl=100.0) as s:
+        assert s.info.expired == 0 and dict(s) == {"a": 1, "b": 2}
+    assert index(redis_server, ns) == want  # a at its value's expiry; b (none) left it
+
+
 def test_in_event_time_a_replay_expires_again_exactly_once(
     redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
 ) -> None:

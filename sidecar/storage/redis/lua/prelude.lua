@@ -114,25 +114,28 @@ end
 -- flat list of them with their values (key, value, ...), taken out of the expiry index;
 -- an index entry the value no longer agrees with is set right. Deletes nothing from data.
 local function take_expired(ttl, data, now)
-  local gone, old = {}, {}
+  local gone, old, ng, no = {}, {}, 0, 0  -- counts kept, not `#t` at every append
   local due = redis.call('ZRANGEBYSCORE', ttl, '-inf', now)
   for i = 1, #due, 2000 do
     local ks = {unpack(due, i, math.min(i + 1999, #due))}
     local vs = redis.call('HMGET', data, unpack(ks))
-    local fix = {}
+    local fix, nf = {}, 0
     for j = 1, #ks do
       local e = vs[j] and expiry_of(vs[j])
       if e and e <= now then
-        gone[#gone + 1] = ks[j]
-        old[#old + 1] = ks[j]
-        old[#old + 1] = vs[j]
+        ng = ng + 1
+        gone[ng] = ks[j]
+        old[no + 1] = ks[j]
+        old[no + 2] = vs[j]
+        no = no + 2
       elseif e then
-        fix[#fix + 1] = e
-        fix[#fix + 1] = ks[j]
+        fix[nf + 1] = last_digits  -- expiry_of(vs[j])'s digits
+        fix[nf + 2] = ks[j]
+        nf = nf + 2
       end
     end
     redis.call('ZREM', ttl, unpack(ks))
-    if #fix > 0 then redis.call('ZADD', ttl, unpack(fix)) end
+    if nf > 0 then redis.call('ZADD', ttl, unpack(fix, 1, nf)) end
   end
   return gone, old
 end
