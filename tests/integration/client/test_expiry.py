@@ -108,6 +108,22 @@ def test_the_index_holds_each_keys_own_expiry_when_a_block_mixes_them(
     assert index(redis_server, namespace) == want
 
 
+def replay(
+    redis: RedisServer, side: SidecarProcess, ns: str, batch: int,
+    before: tuple[dict[str, Any], dict[str, int]], **kw: Any,
+) -> dict[str, Any]:  # fmt: skip
+    """Run `batch` again in a fresh worker: it must roll back to `before` (values, index).
+
+    Returns what the replay's block saw.
+    """
+    _cache.sessions.clear()  # the batch runs again: its first attempt's commits roll back
+    with ts(side, ns, batch, **kw) as s:
+        assert s.info.rolled_back
+        seen = dict(s)
+    assert (stored(redis, ns), index(redis, ns)) == before
+    return seen
+
+
 @pytest.mark.parametrize("first_commit", ["whole", "small, then whole"])
 def test_a_replay_of_a_batch_that_rewrote_the_state_restores_every_expiry(
     redis_server: RedisServer, sidecar: SidecarProcess, namespace: str, first_commit: str
@@ -138,12 +154,8 @@ def test_a_replay_of_a_batch_that_rewrote_the_state_restores_every_expiry(
         for i in range(400, 450):
             s[f"k{i}"] = i
     assert index(redis_server, ns) != index0
-    _cache.sessions.clear()  # the batch runs again: its first attempt's commits roll back
-    with ts(sidecar, ns, 1, ttl=1000.0) as s:
-        assert s.info.rolled_back
-        assert s["k3"] == {"i": 3} and "k400" not in s
-    assert index(redis_server, ns) == index0
-    assert stored(redis_server, ns) == data0
+    seen = replay(redis_server, sidecar, ns, 1, (data0, index0), ttl=1000.0)
+    assert seen["k3"] == {"i": 3} and "k400" not in seen
 
 
 def test_a_replay_restores_the_index_of_keys_a_batch_deleted_before_it_rewrote_the_rest(
@@ -165,11 +177,8 @@ def test_a_replay_restores_the_index_of_keys_a_batch_deleted_before_it_rewrote_t
         s.commit()
         assert index(redis_server, ns) == {}
         s.update({f"k{i}": -i for i in range(10, 4000)})
-    _cache.sessions.clear()
-    with ts(sidecar, ns, 1) as s:
-        assert s.info.rolled_back and s["k3"] == 3 and s["k11"] == 11
-    assert index(redis_server, ns) == index0
-    assert stored(redis_server, ns) == data0
+    seen = replay(redis_server, sidecar, ns, 1, (data0, index0))
+    assert seen["k3"] == 3 and seen["k11"] == 11
 
 
 def test_an_index_entry_the_value_does_not_agree_with_is_set_right_not_expired(
