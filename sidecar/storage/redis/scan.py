@@ -104,7 +104,9 @@ class Scanner:
                 if not ahead:
                     pending = fetch(cursor)
         finally:
+            # a page asked for and not taken: cancelled, or its failure consumed (else
+            # asyncio logs "exception was never retrieved" when the task is collected)
             if not pending.done():
                 pending.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await pending
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pending
