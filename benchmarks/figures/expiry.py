@@ -46,7 +46,8 @@ def commit_with_ttl(target: str, fields: int, repeats: int, redis: Any = None) -
     process' history: 51-55 ms in a fresh process (about 5,900 page faults per block, from
     orjson's output held to the commit, client/_block.py), 36-38 after the data source
     figure had grown the heap; so the ratio was 0.97-1.00 alone and 0.70-0.72 in order.
-    With the client's copy of each value it is 0.74-0.75 either way.
+    With the client's copy of each value both orders measure the same blocks (the last
+    runs: docs/benchmarks.md, figure 16).
     """
     keys = [f"key-{i}" for i in range(fields)]
     times: dict[str, list[float]] = {"ttl": [], "plain": []}

@@ -85,8 +85,9 @@ local function ttl_sync(ttl, kv, i, stop, known)
 end
 
 -- rebuild_index(ttl, data): the expiry index made anew from every value of `data` (after
--- a copy-mode rollback, which restores the data but keeps no copy of the index), a page
--- of HSCAN at a time so that the Lua heap holds a page, not the task.
+-- a copy-mode rollback, which restores the data but keeps no copy of the index; a
+-- rescale's target), a page of HSCAN at a time so that the Lua heap holds a page, not the
+-- task. `ttl` must not exist yet (nothing is removed from it).
 local function rebuild_index(ttl, data)
   local cursor = '0'
   repeat

@@ -28,12 +28,8 @@ else
   redis.call('UNLINK', undo, stage_undo)
 end
 redis.call('UNLINK', log, KEYS[7], KEYS[8], KEYS[9])
-local cursor = '0'
-repeat  -- the expiry index of the keys this target takes (their envelopes carry it)
-  local page = redis.call('HSCAN', data, cursor, 'COUNT', 1000)
-  cursor = page[1]
-  ttl_sync(KEYS[8], page[2], 1, #page[2], false)
-until cursor == '0'
+-- the expiry index of the keys this target takes (their envelopes carry it)
+rebuild_index(KEYS[8], data)  -- prelude.lua
 redis.call('DEL', meta)
 local size = redis.call('HLEN', data)
 redis.call('HSET', meta, 'layout', '1', 'epoch', string.format('%d', epoch), 'gen', ARGV[5],
