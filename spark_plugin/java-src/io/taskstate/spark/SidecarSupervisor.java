@@ -37,7 +37,12 @@ public final class SidecarSupervisor implements ExecutorPlugin {
   private String python;
   private long startTimeoutSeconds;
   private String pythonPath;
-  private volatile long generation = 0; // sidecars started so far (the flush barrier checks it)
+  // Sidecars started so far, counted before each one starts (the flush barrier compares it
+  // at a task's start and after its FLUSH is answered). Counted before, not once the new
+  // sidecar is ready: a FLUSH the new sidecar answers ("nothing held": it never heard of
+  // the task's workers) must never meet the old count, or a task whose workers held
+  // changes in the killed sidecar's time would be reported done without them.
+  private volatile long generation = 0;
   private FlushBarrier barrier; // null: spark.taskstate.flushBarrier=false
 
   static String setting(SparkConf conf, String key, String env, String fallback) {
@@ -139,6 +144,7 @@ public final class SidecarSupervisor implements ExecutorPlugin {
     pb.redirectError(ProcessBuilder.Redirect.appendTo(logFile.toFile()));
     long logStart = log.size();
     long started = System.nanoTime();
+    generation++; // before it can answer a FLUSH (see the field)
     Process p = pb.start();
     CountDownLatch ready = new CountDownLatch(1);
     Thread reader = new Thread(() -> {
@@ -179,7 +185,6 @@ public final class SidecarSupervisor implements ExecutorPlugin {
     }
     log.forward(); // its start-up warnings (a Redis without persistence, ...) now
     process = p;
-    generation++;
   }
 
   /** The end of what the sidecar just wrote to its log, and the usual fix. */
