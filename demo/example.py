@@ -140,7 +140,8 @@ class Runner:
             log = (self.workdir / name / "query.log").read_text(errors="replace")[-4000:]
             raise RuntimeError(f"run {name!r} exited with {code}; its log ends with:\n{log}")
 
-    def _wait_for_pause(self, proc: subprocess.Popen[bytes], name: str) -> None:
+    def wait_for_pause(self, proc: subprocess.Popen[bytes], name: str) -> None:
+        """Wait until the run is paused in its fault batch (marker and executor pid written)."""
         marker = self.workdir / name / "faults" / "paused"
         deadline = time.monotonic() + 600
         while not marker.exists() or not (marker.parent / "executor-pid").exists():
@@ -163,7 +164,7 @@ class Runner:
             self.wait(self.start(name, state, ["--kill-worker-at", k]), name)
         elif faults == "restart":
             proc = self.start(name, state, ["--pause-at", k])
-            self._wait_for_pause(proc, name)
+            self.wait_for_pause(proc, name)
             os.killpg(proc.pid, signal.SIGKILL)  # driver, executors, workers: all at once
             proc.wait()
             self.wait(self.start(name, state), name)  # same checkpoint, same state
@@ -182,7 +183,7 @@ class Runner:
             ]
             # the tasks use their executor's own sidecar, as a production job does
             proc = self.start(name, state, extra, sidecar="")
-            self._wait_for_pause(proc, name)
+            self.wait_for_pause(proc, name)
             pid = int((self.workdir / name / "faults" / "executor-pid").read_text())
             os.kill(pid, signal.SIGKILL)  # the executor JVM running partition 0 of batch k
             self.killed_executors.append(pid)
