@@ -81,3 +81,26 @@ def test_flat_pages_ask_for_the_next_page_while_the_caller_holds_one(
     # a caller that stops early: nothing more is asked, and the connection still serves
     assert stray == 0 and not left, f"a stopped scan left {left} running"
     assert again == 5000
+
+
+def test_both_page_forms_name_the_server_that_answered(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    """The run id that tells a failover mid-scan: flat pages find it in INFO's text as Redis
+    sends it (no dict parsed), dict pages in redis-py's dict; both are the server's."""
+    key = f"{namespace}:rid"
+    redis_server.client().hset(key, mapping={"a": "1"})
+    want = str(redis_server.client().info("server")["run_id"])
+
+    async def run() -> tuple[str, str]:
+        conn = Connection(RedisSettings(url=redis_server.url), RetryPolicy(), 10.0)
+        try:
+            scanner = Scanner(conn)
+            flat = await scanner.page(key, 0, 100, flat=True)
+            plain = await scanner.page(key, 0, 100)
+            return flat[0], plain[0]
+        finally:
+            await conn.close()
+
+    flat, plain = asyncio.run(run())
+    assert len(want) == 40 and flat == want and plain == want
