@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from itertools import chain
+from typing import cast
 
 import msgpack
 
@@ -58,10 +59,10 @@ async def stream_restore(
     n = max(1, min(request.max_fields or DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS))
     progress = _Progress(storage, task, t0)
     try:
-        async for items in storage.restore(task, epoch, n):
-            for piece in pieces(items):
-                yield packed_chunk(piece) if request.packed else entries_chunk(piece)
-            await progress.sent(len(items))
+        async for flat in storage.restore(task, epoch, n):
+            for chunk in flat_chunks(flat, request.packed):
+                yield chunk
+            await progress.sent(len(flat) // 2)
         yield pb.RestoreChunk(last=True, version=await storage.version(task))
     finally:
         progress.end()
@@ -167,11 +168,12 @@ def packed_chunk(piece: Sequence[tuple[str | bytes, bytes]]) -> pb.RestoreChunk:
     return pb.RestoreChunk(packed=msgpack.packb(flat, use_bin_type=False) if flat else b"")
 
 
-def flat_chunks(flat: Sequence[bytes], packed: bool) -> list[pb.RestoreChunk]:
+def flat_chunks(flat: Sequence[str | bytes], packed: bool) -> list[pb.RestoreChunk]:
     """A page [key1, value1, ...] as chunks of about CHUNK_BYTES (usually one)."""
     if packed and sum(map(len, flat)) + 4 * len(flat) <= CHUNK_BYTES:  # in C: the common case
         return [pb.RestoreChunk(packed=msgpack.packb(flat, use_bin_type=False))]
-    pairs = list(zip(flat[0::2], flat[1::2], strict=True))
+    # values are bytes (keys: str, or Redis' UTF-8 bytes)
+    pairs = cast(list[tuple[str | bytes, bytes]], list(zip(flat[0::2], flat[1::2], strict=True)))
     chunk = packed_chunk if packed else entries_chunk
     return [chunk(piece) for piece in pieces(pairs)]
 

@@ -77,8 +77,11 @@ class TaskStore(Protocol):
 
     def restore(
         self, task: TaskKey, epoch: int, max_fields: int
-    ) -> AsyncIterator[Sequence[tuple[str | bytes, bytes]]]:
-        """Yield the state in chunks of at most `max_fields` entries; fenced by epoch."""
+    ) -> AsyncIterator[Sequence[str | bytes]]:
+        """Yield the state in flat pages of about `max_fields` entries; fenced by epoch.
+
+        Each page as Redis sends it: [key1, value1, key2, value2, ...] (values bytes).
+        """
         ...
 
     async def commit(

@@ -59,7 +59,7 @@ class MeteredTaskStore:
 
     def restore(
         self, task: TaskKey, epoch: int, max_fields: int
-    ) -> AsyncIterator[Sequence[tuple[str | bytes, bytes]]]:
+    ) -> AsyncIterator[Sequence[str | bytes]]:
         """See base.TaskStore.restore (restore.py measures restores)."""
         return self.inner.restore(task, epoch, max_fields)
 

@@ -174,14 +174,14 @@ class MemoryTaskStore:
 
     async def restore(
         self, task: TaskKey, epoch: int, max_fields: int
-    ) -> AsyncIterator[Sequence[tuple[str | bytes, bytes]]]:
-        """Yield the state in chunks."""
+    ) -> AsyncIterator[Sequence[str | bytes]]:
+        """Yield the state in flat pages [key1, value1, ...]."""
         self.state.fault("restore")
         t = self.state.tasks.get(task)
         _fenced(task, t, epoch)
         assert t is not None  # noqa: S101 - checked by _fenced
         for chunk in _chunks(list(t.data.items()), max_fields):
-            yield chunk
+            yield [x for kv in chunk for x in kv]
 
     async def commit(
         self,

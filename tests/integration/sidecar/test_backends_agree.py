@@ -35,9 +35,13 @@ def pairs_of(page: Any) -> list[tuple[Any, bytes]]:
 async def _restore(store: Any, task: TaskKey, epoch: int) -> dict[str, bytes] | str:
     try:
         out: dict[str, bytes] = {}
-        async for chunk in store.tasks.restore(task, epoch, 3):
-            # keys may come as str or as Redis' UTF-8 bytes (both are allowed)
-            out.update((k if isinstance(k, str) else k.decode(), v) for k, v in chunk)
+        async for flat in store.tasks.restore(task, epoch, 3):
+            # flat pages [key1, value1, ...]; keys may come as str or as Redis' UTF-8
+            # bytes (both are allowed)
+            out.update(
+                (k if isinstance(k, str) else k.decode(), v)
+                for k, v in zip(flat[0::2], flat[1::2], strict=True)
+            )
         return out
     except SidecarError as exc:
         return exc.code
