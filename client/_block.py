@@ -52,7 +52,13 @@ class Block:
         self.mirror = mirror
 
     def commit(self, session: Session, data: dict[str, Any], position: bytes | None) -> None:
-        """Commit what changed since the last commit (and `position`), atomically."""
+        """Commit what changed since the last commit (and `position`), atomically.
+
+        Changes earlier blocks of the attempt hold for the flush are committed first: sent
+        later, they would overwrite this block's newer values (`s.commit()` in a group).
+        """
+        if session.deferred:
+            buffer.commit_task(self.ident.task_attempt, self.committer.task_id)
         upserts, deletes = self.changes.collect(data, self.wrap(session))
         self.committer.send(session, upserts, deletes, position)
         if position is not None:

@@ -247,3 +247,25 @@ def test_a_failed_block_commits_what_its_attempt_held_first(
         assert dict(s) == {f"g{i}": 1 for i in range(15)}
     assert ask(barrier, f"FLUSH {ctx.taskAttemptId()}") == "OK 5"
     assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(15)}
+
+
+def test_a_commit_inside_a_later_group_lands_after_what_earlier_groups_held(
+    barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
+) -> None:
+    """`s.commit()` in a group while earlier groups' changes are held: the held older
+    value is committed first, so it never overwrites the newer one at the flush."""
+    side, barrier = barrier_sidecar
+    ctx = LocalContext(0, batch_id=1)
+    groups(ctx, side.target, namespace, 1)  # the attempt's first block: committed
+    with TaskState(ctx, component="c", namespace=namespace, sidecar=side.target) as s:
+        s["k"] = 2  # held for the flush
+    assert buffer.holds(ctx.taskAttemptId())
+    with TaskState(ctx, component="c", namespace=namespace, sidecar=side.target) as s:
+        s["k"] = 3
+        s.commit()
+        assert stored(redis_server, namespace, int) == {"g0": 1, "k": 3}
+    assert ask(barrier, f"FLUSH {ctx.taskAttemptId()}") == "OK 0"
+    assert stored(redis_server, namespace, int) == {"g0": 1, "k": 3}
+    ctx2 = LocalContext(0, batch_id=2)
+    with TaskState(ctx2, component="c", namespace=namespace, sidecar=side.target) as s:
+        assert s["k"] == 3  # the next batch, from this worker's copy: the same as Redis
