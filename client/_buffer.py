@@ -155,12 +155,20 @@ class Buffer:
         self._attachments: dict[str, Attachment] = {}
         self._pid = os.getpid()
 
+    def _forked(self) -> None:
+        """In a forked child (the lock held): forget the parent's stream and held changes.
+
+        They are the parent's to flush; a child that merged into them would hold changes
+        no sidecar knows of, lost when it exits.
+        """
+        if os.getpid() != self._pid:
+            self._attachments.clear()
+            self._held.clear()
+            self._pid = os.getpid()
+
     def _attachment(self, transport: GrpcTransport) -> Attachment:
         with self._lock:
-            if os.getpid() != self._pid:  # a forked child: the parent's stream is not ours
-                self._attachments.clear()
-                self._held.clear()
-                self._pid = os.getpid()
+            self._forked()
             a = self._attachments.get(transport.target)
             if a is None or a.broken:
                 a = self._attachments[transport.target] = Attachment(transport, self)
@@ -182,6 +190,7 @@ class Buffer:
         process holds changes of the attempt).
         """
         with self._lock:
+            self._forked()
             entry = self._held.get(attempt)
         if entry is None:
             transport = committer.transport
@@ -204,6 +213,7 @@ class Buffer:
     def commit_task(self, attempt: int, task_id: str) -> None:
         """Commit what is held for one task of `attempt` now."""
         with self._lock:
+            self._forked()
             entry = self._held.get(attempt)
             held = entry.tasks.get(task_id) if entry is not None else None
         if held is None:
@@ -216,6 +226,7 @@ class Buffer:
     def flush(self, attempt: int) -> pb.AttachMessage:
         """The answer to a FLUSH order: commit everything held for `attempt`."""
         with self._lock:
+            self._forked()
             entry = self._held.pop(attempt, None)
         keys = 0
         try:
@@ -230,6 +241,7 @@ class Buffer:
     def discard(self, attempt: int) -> None:
         """The attempt failed: forget its changes, and the copies they were merged into."""
         with self._lock:
+            self._forked()
             entry = self._held.pop(attempt, None)
         for held in entry.tasks.values() if entry is not None else ():
             held.session.data = None
@@ -238,6 +250,7 @@ class Buffer:
     def holds(self, attempt: int) -> bool:
         """Whether this process holds changes of `attempt` (tests, diagnostics)."""
         with self._lock:
+            self._forked()
             entry = self._held.get(attempt)
             return entry is not None and bool(entry.tasks)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from taskstate.client import LocalContext
-from taskstate.client._buffer import Held, worker_outlives_its_runner
+from taskstate.client._buffer import Buffer, Held, _Attempt, worker_outlives_its_runner
 from taskstate.client._session import OpenInfo, Session
 
 
@@ -57,3 +57,29 @@ def test_a_later_blocks_changes_win_and_one_commit_sends_them() -> None:
     assert held.commit() == 3
     assert sent == [([("b", b"1"), ("c", b"2")], ["a"])]
     assert session.deferred is False
+
+
+def test_a_forked_child_neither_flushes_nor_merges_into_its_parents_held_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The parent's held changes are the parent's to flush: in a child (another pid) the
+    buffer starts empty, so a block there registers its own attempt with the sidecar."""
+    info = OpenInfo(1, 0, 0, "v", False, 0, restored=False, reused_claim=False)
+    session = Session("s:1", 1, 1, "v", {}, None, info, deferred=True)
+    sent: list[object] = []
+
+    class Recorder:
+        def send(self, *args: object) -> None:
+            sent.append(args)
+
+    b = Buffer()
+    entry = _Attempt(attachment=object())  # type: ignore[arg-type]
+    entry.tasks["t"] = Held(session, Recorder())
+    entry.tasks["t"].merge([("a", b"1")], [])
+    b._held[7] = entry
+    assert b.holds(7)
+    monkeypatch.setattr("taskstate.client._buffer.os.getpid", lambda: -1)  # the child
+    assert not b.holds(7)
+    b.commit_task(7, "t")
+    assert b.flush(7).flushed.keys == 0
+    assert sent == []
