@@ -16,7 +16,7 @@ from taskstate.testing.worker import forget_cached_state
 
 from ..common import Bench, Figure, rss_kb, say, value
 
-SIZES = {"full": (1_000_000, 100_000, 3), "quick": (50_000, 5_000, 1)}
+SIZES = {"full": (1_000_000, 200_000, 3), "quick": (50_000, 5_000, 1)}
 
 
 def measure(bench: Bench, size: tuple[int, int, int]) -> list[Figure]:
@@ -80,7 +80,11 @@ def _restore_once(
 def restore_throughput(
     redis: RedisServer, side: SidecarProcess, fields: int, small: int, repeats: int
 ) -> list[Figure]:
-    """Restore `fields` fields into the mapping, against redis-py HSCAN of the same hash."""
+    """Restore `small` and `fields` fields into the mapping, each against HSCAN.
+
+    The baseline is redis-py's HSCAN of the same hash into a dict (the target: 0.9 at
+    200,000 and at 1,000,000 fields).
+    """
     assert side.proc is not None  # noqa: S101
     pid = side.proc.pid
     out = []
@@ -111,15 +115,14 @@ def restore_throughput(
             if len(got) != n:
                 raise AssertionError("restore benchmark: HSCAN baseline lost fields")
         growth[n] = max(rss)
-        if n == fields:
-            o, bl = statistics.median(ours), statistics.median(base)
-            ratio = bl / o
-            out.append(Figure(
-                f"restore {n:,} fields (100-byte values)", n / o, n / bl, "fields/s", ratio,
-                ">= 0.7 and < 3 s", ratio >= 0.7 and o < 3.0,
-                {"ours_s": o, "baseline_s": bl, "repeats": repeats,
-                 "baseline": "redis-py HSCAN COUNT 2000 into a dict of bytes (no decoding)"},
-            ))  # fmt: skip
+        o, bl = statistics.median(ours), statistics.median(base)
+        ratio = bl / o
+        out.append(Figure(
+            f"restore {n:,} fields (100-byte values)", n / o, n / bl, "fields/s", ratio,
+            ">= 0.9 and < 3 s", ratio >= 0.9 and o < 3.0,
+            {"ours_s": o, "baseline_s": bl, "repeats": repeats,
+             "baseline": "redis-py HSCAN COUNT 2000 into a dict of bytes (no decoding)"},
+        ))  # fmt: skip
     flat = growth[fields] <= max(growth[small] * 2, 8 * 1024)
     out.append(Figure(
         f"sidecar RSS growth during restore ({small:,} -> {fields:,} fields)",

@@ -214,9 +214,7 @@ class RedisTaskStore:
             restarts = 0
             while True:
                 try:
-                    # one page at a time: with the client on the same cores, asking ahead
-                    # made a restore 3-8% slower (scan.py)
-                    pages = self._scanner.flat_pages(data, max_fields, None, "restore", ahead=False)
+                    pages = self._scanner.flat_pages(data, max_fields, None, "restore")
                     async for flat in pages:
                         yield flat  # keys stay UTF-8 bytes: no per-field work
                     break

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[3]
 FIGURES = (  # name prefixes of figures checked only for being there
     "commit 2,000",
     "restore 50,000",
+    "restore 5,000",
     "sidecar RSS",
     "commit latency",
     "group block",
