@@ -140,6 +140,13 @@ class Claims:
                 on_demand=False,
             )
             if self.config.mode == "mirror" and session.data is None:
+                if session.deferred:
+                    # the copy that carried the attempt's held changes was dropped (their
+                    # commit failed in a block that raised): commit them before reading
+                    # Redis, or this block would read and build on values without them
+                    from ._buffer import buffer  # (it imports this module)
+
+                    buffer.commit_task(ident.task_attempt, self.task_id)
                 self.load(session)
             return session
         return self.open(prior)

@@ -15,11 +15,14 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from taskstate.client import LocalContext, TaskState
 from taskstate.client._buffer import buffer
+from taskstate.client._errors import StorageUnavailableError
+from taskstate.client._transport import GrpcTransport
 from taskstate.testing import RedisServer, SidecarProcess
 
 from ..attempt_worker import worker_pool
@@ -269,3 +272,38 @@ def test_a_commit_inside_a_later_group_lands_after_what_earlier_groups_held(
     ctx2 = LocalContext(0, batch_id=2)
     with TaskState(ctx2, component="c", namespace=namespace, sidecar=side.target) as s:
         assert s["k"] == 3  # the next batch, from this worker's copy: the same as Redis
+
+
+def test_a_block_after_a_failed_held_commit_reads_what_its_attempt_held(
+    barrier_sidecar: tuple[SidecarProcess, Path],
+    redis_server: RedisServer,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A block raises and its attempt's held changes fail to commit (the job catches the
+    error and goes on): the attempt's next block commits them before it reads Redis, so
+    it neither misses them nor builds on values without them."""
+    side, barrier = barrier_sidecar
+    ctx = LocalContext(0, batch_id=1)
+    groups(ctx, side.target, namespace, 4)  # g0 committed at its exit, g1-g3 held
+    real = GrpcTransport.commit
+    failures = [2]  # the failed block's two tries at committing what was held
+
+    def commit(self: GrpcTransport, req: Any, task: str) -> Any:
+        if failures[0] > 0:
+            failures[0] -= 1
+            raise StorageUnavailableError(f"task {task}: injected", task)
+        return real(self, req, task)
+
+    monkeypatch.setattr(GrpcTransport, "commit", commit)
+    with pytest.raises(StorageUnavailableError):
+        with TaskState(ctx, component="c", namespace=namespace, sidecar=side.target) as s:
+            s["g4"] = 1
+            raise ValueError("boom")
+    assert failures == [0] and stored(redis_server, namespace, int) == {"g0": 1}
+    with TaskState(ctx, component="c", namespace=namespace, sidecar=side.target) as s:
+        assert s.get("g1") == 1 and "g4" not in s
+        s["g5"] = (s.get("g3") or 0) + 1
+    assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(4)}
+    assert ask(barrier, f"FLUSH {ctx.taskAttemptId()}") == "OK 1"
+    assert stored(redis_server, namespace, int) == {**{f"g{i}": 1 for i in range(4)}, "g5": 2}
