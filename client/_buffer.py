@@ -203,6 +203,10 @@ class Buffer:
             self.commit_task(attempt, task_id)
             return False
         with self._lock:
+            if self._held.get(attempt) is not entry:
+                # flushed or discarded since this block looked (a block still running as
+                # its task ended): nothing would flush it again, so the caller commits now
+                return False
             held = entry.tasks.get(task_id)
             if held is None:
                 held = entry.tasks[task_id] = Held(session, committer)

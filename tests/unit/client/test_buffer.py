@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from taskstate.client import LocalContext
@@ -83,3 +85,37 @@ def test_a_forked_child_neither_flushes_nor_merges_into_its_parents_held_changes
     b.commit_task(7, "t")
     assert b.flush(7).flushed.keys == 0
     assert sent == []
+
+
+def test_a_block_whose_attempt_was_flushed_meanwhile_commits_instead_of_holding() -> None:
+    """A FLUSH (or DISCARD) that takes the attempt's entry between a block's two looks at
+    it: the block's changes must not go into the entry nobody will flush again."""
+    info = OpenInfo(1, 0, 0, "v", False, 0, restored=False, reused_claim=False)
+    session = Session("s:1", 1, 1, "v", {}, None, info)
+    b = Buffer()
+
+    class Attached:
+        broken = False
+
+    entry = _Attempt(attachment=Attached())  # type: ignore[arg-type]
+    b._held[7] = entry
+    real = b._lock
+
+    class FlushInBetween:
+        """The buffer's lock; the flush takes the entry just before the second look."""
+
+        looks = 0
+
+        def __enter__(self) -> None:
+            FlushInBetween.looks += 1
+            if FlushInBetween.looks == 2:
+                b._held.pop(7, None)
+            real.__enter__()
+
+        def __exit__(self, *exc: Any) -> None:
+            real.__exit__(*exc)
+
+    b._lock = FlushInBetween()  # type: ignore[assignment]
+    committer: Any = object()
+    assert b.hold(7, "t", session, [("a", b"1")], [], committer) is False
+    assert entry.tasks == {} and session.deferred is False
