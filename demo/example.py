@@ -140,7 +140,7 @@ class Runner:
             log = (self.workdir / name / "query.log").read_text(errors="replace")[-4000:]
             raise RuntimeError(f"run {name!r} exited with {code}; its log ends with:\n{log}")
 
-    def wait_for_pause(self, proc: subprocess.Popen[bytes], name: str) -> None:
+    def _wait_for_pause(self, proc: subprocess.Popen[bytes], name: str) -> None:
         """Wait until the run is paused in its fault batch (marker and executor pid written)."""
         marker = self.workdir / name / "faults" / "paused"
         deadline = time.monotonic() + 600
@@ -155,16 +155,25 @@ class Runner:
         kill_process_groups(self.children)
 
     def run(self, name: str, state: str, faults: str) -> float:
-        """Run one scenario to the end; returns seconds taken."""
+        """Run one scenario to the end; returns seconds taken.
+
+        `faults`: none, worker, restart, executor (in the fault batch k), or
+        worker+restart (the worker killed in batch k-1, then the whole query in batch k).
+        """
         t0 = time.monotonic()
         k = str(self.args.fault_batch)
         if faults == "none":
             self.wait(self.start(name, state), name)
         elif faults == "worker":
             self.wait(self.start(name, state, ["--kill-worker-at", k]), name)
-        elif faults == "restart":
-            proc = self.start(name, state, ["--pause-at", k])
-            self.wait_for_pause(proc, name)
+        elif faults in ("restart", "worker+restart"):
+            extra = ["--pause-at", k]
+            if faults == "worker+restart":
+                if self.args.fault_batch < 1:
+                    raise ValueError("worker+restart needs a fault batch of 1 or more")
+                extra += ["--kill-worker-at", str(self.args.fault_batch - 1)]
+            proc = self.start(name, state, extra)
+            self._wait_for_pause(proc, name)
             os.killpg(proc.pid, signal.SIGKILL)  # driver, executors, workers: all at once
             proc.wait()
             self.wait(self.start(name, state), name)  # same checkpoint, same state
@@ -183,7 +192,7 @@ class Runner:
             ]
             # the tasks use their executor's own sidecar, as a production job does
             proc = self.start(name, state, extra, sidecar="")
-            self.wait_for_pause(proc, name)
+            self._wait_for_pause(proc, name)
             pid = int((self.workdir / name / "faults" / "executor-pid").read_text())
             os.kill(pid, signal.SIGKILL)  # the executor JVM running partition 0 of batch k
             self.killed_executors.append(pid)

@@ -623,6 +623,19 @@ def expected_rows(batches: int, events_per_batch: int, keys: int) -> list[tuple[
     return rows
 
 
+def without_partition(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """A run's output rows as `expected_rows` gives them: sorted, without the partition."""
+    return sorted((b, e, k, c, t) for b, _, e, k, c, t in rows)
+
+
+def keys_in_several_partitions(rows: list[tuple[Any, ...]]) -> dict[str, set[int]]:
+    """The keys a run's output shows in more than one partition (none, when right)."""
+    parts: dict[str, set[int]] = {}
+    for _, part, _, key, _, _ in rows:
+        parts.setdefault(key, set()).add(part)
+    return {k: p for k, p in parts.items() if len(p) > 1}
+
+
 def state_from_rows(rows: list[tuple[Any, ...]]) -> dict[str, Any]:
     """The final totals per key as the output shows them (for the plain-dict run)."""
     state: dict[str, Any] = {}

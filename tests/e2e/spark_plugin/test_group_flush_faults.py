@@ -36,8 +36,10 @@ from taskstate.demo.jobs import (
     COMPONENT,
     expected_rows,
     expected_state,
+    keys_in_several_partitions,
     read_output,
     read_state,
+    without_partition,
 )
 from taskstate.sidecar.storage.redis.keys import meta_key
 from taskstate.testing import RedisServer, find_redis_server
@@ -133,10 +135,6 @@ def _batch(rows: list[tuple[Any, ...]], batch: int) -> list[tuple[Any, ...]]:
     return sorted(r for r in rows if r[0] == batch)
 
 
-def _without_part(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    return sorted((b, e, k, c, t) for b, _, e, k, c, t in rows)
-
-
 def _fail_stops(run: dict[str, Any]) -> list[str]:
     return [line for line in run["executor_logs"].splitlines() if "taskstate FAIL-STOP:" in line]
 
@@ -144,14 +142,11 @@ def _fail_stops(run: dict[str, Any]) -> list[str]:
 @pytest.mark.parametrize("batch", range(BATCHES))
 def test_each_batch_counts_every_event_once(run: dict[str, Any], batch: int) -> None:
     want = [r for r in expected_rows(BATCHES, PER_BATCH, KEYS) if r[0] == batch]
-    assert _without_part(_batch(run["rows"], batch)) == want
+    assert without_partition(_batch(run["rows"], batch)) == want
 
 
 def test_each_key_kept_its_partition(run: dict[str, Any]) -> None:
-    parts: dict[str, set[int]] = {}
-    for _, part, _, key, _, _ in run["rows"]:
-        parts.setdefault(key, set()).add(part)
-    assert all(len(p) == 1 for p in parts.values())
+    assert keys_in_several_partitions(run["rows"]) == {}
 
 
 def test_the_final_state_counts_every_event_once(run: dict[str, Any]) -> None:

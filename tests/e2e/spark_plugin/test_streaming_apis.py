@@ -13,8 +13,6 @@ against is the stronger reference, and dropping it saved six Spark runs of CI ti
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 import uuid
 from pathlib import Path
@@ -31,9 +29,11 @@ from taskstate.demo.jobs import (
     COMPONENT,
     expected_rows,
     expected_state,
+    keys_in_several_partitions,
     read_output,
     read_state,
     state_from_rows,
+    without_partition,
 )
 from taskstate.proto.versions import Version
 from taskstate.sidecar.storage.redis.keys import meta_key
@@ -44,8 +44,7 @@ pytestmark = pytest.mark.e2e
 # 400 keys: every task holds state from its first batch on, so a task that moves to
 # another Python worker must get it there (tasks move: see test_tasks_moved_...)
 BATCHES, PER_BATCH, KEYS, PARTS, FAULT_BATCH = 4, 150, 400, 4, 2
-WORKER_BATCH = 1  # the worker fault of the "faults" run, before its restart in FAULT_BATCH
-SCENARIOS = (  # name, state, faults
+SCENARIOS = (  # name, state, faults (worker+restart: the worker in batch 1, the query in 2)
     ("faults", "taskstate", "worker+restart"),
     ("executor", "taskstate", "executor"),
     ("dict-worker", "dict", "worker"),
@@ -54,16 +53,6 @@ SCENARIOS = (  # name, state, faults
 # shows it (each API's own fault runs prove theirs replayed: _check_expected asserts a
 # rollback per fault), which saves five Spark runs of CI time.
 DICT_TWIN_API = "mapInPandas"
-
-
-def _worker_then_restart(runner: Runner, name: str) -> None:
-    """Worker SIGKILLed after its commit in WORKER_BATCH; the query in FAULT_BATCH."""
-    faults = ["--kill-worker-at", str(WORKER_BATCH), "--pause-at", str(FAULT_BATCH)]
-    proc = runner.start(name, "taskstate", faults)
-    runner.wait_for_pause(proc, name)
-    os.killpg(proc.pid, signal.SIGKILL)  # driver, workers: all at once
-    proc.wait()
-    runner.wait(runner.start(name, "taskstate"), name)  # same checkpoint, same state
 
 
 @pytest.fixture(scope="module", params=APIS)
@@ -104,10 +93,7 @@ def runs(
         for name, state, faults in SCENARIOS:
             if state == "dict" and api != DICT_TWIN_API:
                 continue
-            if faults == "worker+restart":
-                _worker_then_restart(runner, name)
-            else:
-                runner.run(name, state, faults)
+            runner.run(name, state, faults)
             rows = read_output(workdir / name / "out")
             final = (
                 read_state(redis_server.url, f"{ns.namespace_prefix}-{name}", PARTS)
@@ -137,11 +123,8 @@ def _check_expected(runs: dict[str, Any], name: str, r: RedisServer, *markers: s
     # each fault came after the batch's commit, so its retry had to roll it back first
     assert _rollbacks(r, f"{runs['prefix']}-{name}") >= len(markers)
     rows = runs[name]["rows"]
-    assert sorted((b, e, k, c, t) for b, _, e, k, c, t in rows) == EXPECTED_ROWS
-    parts: dict[str, set[int]] = {}
-    for _, part, _, key, _, _ in rows:
-        parts.setdefault(key, set()).add(part)
-    assert all(len(p) == 1 for p in parts.values()), "a key moved between partitions"
+    assert without_partition(rows) == EXPECTED_ROWS
+    assert keys_in_several_partitions(rows) == {}
     assert runs[name]["state"] == expected_state(BATCHES, PER_BATCH, KEYS)
     assert state_from_rows(rows) == runs[name]["state"]
 
@@ -241,5 +224,4 @@ def test_the_same_job_with_a_plain_dict_diverges(runs: dict[str, Any]) -> None:
     if runs["api"] != DICT_TWIN_API:
         pytest.skip(f"the plain-dict twin runs for {DICT_TWIN_API} only")
     assert (runs["workdir"] / "dict-worker" / "faults" / "worker-killed").exists()
-    rows = runs["dict-worker"]["rows"]
-    assert sorted((b, e, k, c, t) for b, _, e, k, c, t in rows) != EXPECTED_ROWS
+    assert without_partition(runs["dict-worker"]["rows"]) != EXPECTED_ROWS
