@@ -18,6 +18,12 @@ sends the task's FINISHED status:
    Spark runs the task again and the retry rolls the batch back. A worker whose stream
    ended before its flush (killed) makes its attempts fail the same way.
 5. `DISCARD N` (onTaskFailed) tells the workers to drop N's changes.
+6. A FLUSH that succeeds also marks each task attempt N opened here at a batch as
+   finished by N (`TaskStore.mark_done`), when N still holds the task's claim; else the
+   flush fails: another attempt rolled the batch back meanwhile, so N must not be
+   reported done. Once marked, another attempt of the same application that replays the
+   batch (a zombie of a failed stage attempt, a speculative copy) keeps the finished
+   state aside, which a later batch restores if that attempt never finishes.
 
 The barrier is a line protocol on a Unix socket, so that the plugin needs nothing but the
 JDK; the socket sits beside the gRPC one, owner-only.
@@ -30,19 +36,23 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from taskstate.proto import taskstate_pb2 as pb
 
 from . import metrics
+from .storage.values import TaskKey
 
 log = logging.getLogger("taskstate.sidecar.flush")
 
 Order = pb.AttachOrder
 
 DEFAULT_FLUSH_TIMEOUT_S = 120.0
+OPENED_MAX = 4096  # task attempts whose Opens are remembered until their FLUSH or DISCARD
+
+MarkDone = Callable[[TaskKey, int, str], Awaitable[bool]]
 
 
 @dataclass(eq=False)
@@ -60,12 +70,26 @@ class _Link:
 class FlushCoordinator:
     """Which workers hold changes of which task attempt, and the flush that collects them."""
 
-    def __init__(self, timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S) -> None:
+    def __init__(
+        self, timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S, mark_done: MarkDone | None = None
+    ) -> None:
         self.timeout_s = timeout_s
+        self.mark_done = mark_done  # TaskStore.mark_done (None: nothing is marked)
         self._ids = itertools.count(1)
         self._links: dict[str, _Link] = {}
         self._deferred: dict[int, set[str]] = {}  # task attempt -> worker ids
         self._lost: dict[int, str] = {}  # task attempt -> why its changes cannot be flushed
+        # task attempt -> the tasks it opened here, each at (batch, attempt id SCOPE:N)
+        self._opened: dict[int, dict[TaskKey, tuple[int, str]]] = {}
+
+    def opened(self, task: TaskKey, batch: int | None, attempt_id: str) -> None:
+        """A Spark task's Open at `batch` (streaming) named attempt `attempt_id` (SCOPE:N)."""
+        scope, _, n = attempt_id.rpartition(":")
+        if batch is None or not scope or not n.isdigit():
+            return
+        self._opened.setdefault(int(n), {})[task] = (batch, attempt_id)
+        while len(self._opened) > OPENED_MAX:  # an attempt whose end never came
+            del self._opened[next(iter(self._opened))]
 
     # -- the workers' side ---------------------------------------------------------
 
@@ -134,6 +158,34 @@ class FlushCoordinator:
     # -- the plugin's side -----------------------------------------------------------
 
     async def flush(self, attempt: int) -> tuple[bool, str, int]:
+        """Commit everything the workers hold for `attempt`, then mark its tasks finished.
+
+        (ok, why not, keys).
+        """
+        ok, why, keys = await self._flush_held(attempt)
+        opened = self._opened.pop(attempt, {})
+        if not ok or self.mark_done is None:
+            return ok, why, keys
+        problems = []
+        for task, (batch, attempt_id) in opened.items():
+            try:
+                if not await self.mark_done(task, batch, attempt_id):
+                    problems.append(
+                        f"task {task.fq}: another attempt claimed batch {batch} before this "
+                        "attempt finished (it rolled the batch back)"
+                    )
+            except Exception as exc:  # any failure fails the flush
+                problems.append(f"task {task.fq}: could not mark batch {batch} done: {exc}")
+        if problems:
+            metrics.FLUSHES.labels(outcome="failed").inc()
+            log.error(
+                "flush failed: the executor plugin stops the executor (fail-stop)",
+                extra={"task_attempt": attempt, "problems": problems},
+            )
+            return False, "; ".join(problems), keys
+        return True, "", keys
+
+    async def _flush_held(self, attempt: int) -> tuple[bool, str, int]:
         """Commit everything the workers hold for `attempt`: (ok, why not, keys)."""
         holders = self._deferred.pop(attempt, set())
         lost = self._lost.pop(attempt, None)
@@ -183,6 +235,7 @@ class FlushCoordinator:
     def discard(self, attempt: int) -> None:
         """The attempt failed: its workers drop what they hold for it."""
         self._lost.pop(attempt, None)
+        self._opened.pop(attempt, None)
         for worker in self._deferred.pop(attempt, set()):
             link = self._links.get(worker)
             if link is not None:

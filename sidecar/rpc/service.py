@@ -116,8 +116,16 @@ def add_to_server(
     """
     guard = Guard(limits.max_in_flight, auth)
     tasks = MeteredTaskStore(backend.tasks)
+    if flush is not None and flush.mark_done is None:
+        flush.mark_done = tasks.mark_done
     audiences = (
-        TaskRpcs(tasks, limits, flush is not None, sweeper.note if sweeper else lambda t: None),
+        TaskRpcs(
+            tasks,
+            limits,
+            flush is not None,
+            sweeper.note if sweeper else lambda t: None,
+            flush.opened if flush else lambda t, b, a: None,
+        ),
         AdminRpcs(backend.admin, tasks, backend.seeds, limits, redis_url),
         SeedRpcs(backend.seeds, limits),
         FlushRpcs(flush),

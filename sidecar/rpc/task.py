@@ -34,11 +34,13 @@ class TaskRpcs:
         limits: Limits,
         flush_barrier: bool,
         served: Callable[[TaskKey], None] = lambda task: None,
+        opened: Callable[[TaskKey, int | None, str], None] = lambda task, batch, attempt: None,
     ) -> None:
         self.store = store
         self.limits = limits
         self.flush_barrier = flush_barrier  # the executor plugin's barrier runs beside us
         self.served = served  # the sweeper hears of each task opened or committed here
+        self.opened = opened  # the flush barrier hears of each attempt's Opens (flush.py)
 
     async def Open(self, request: pb.OpenRequest) -> pb.OpenResponse:  # noqa: N802
         """Claim the task for an attempt; roll back a replayed batch (see the .proto)."""
@@ -61,6 +63,7 @@ class TaskRpcs:
         )
         REQUEST.set({**(REQUEST.get() or {}), "epoch": r.epoch})
         self.served(task)
+        self.opened(task, batch, request.attempt_id)
         log.log(
             logging.INFO if r.rolled_back else logging.DEBUG,
             "task opened (replayed batch rolled back)" if r.rolled_back else "task opened",

@@ -75,6 +75,17 @@ class TaskStore(Protocol):
         """
         ...
 
+    async def mark_done(self, task: TaskKey, batch: int, attempt: str) -> bool:
+        """Record that `attempt` finished `batch` of `task` (the executor plugin's flush).
+
+        True when the attempt still holds the claim at that batch; False (nothing
+        written) when another attempt claimed the task since, so that this one must not
+        be reported done. Once marked, another attempt of the same application that
+        rolls the batch back keeps the finished state aside first; the first claim of a
+        later batch restores it unless an attempt finished the batch again (lua/open.lua).
+        """
+        ...
+
     def restore(
         self, task: TaskKey, epoch: int, max_fields: int
     ) -> AsyncIterator[Sequence[str | bytes]]:

@@ -91,6 +91,10 @@ class MeteredTaskStore:
         """See base.TaskStore.changes_since."""
         return await self.inner.changes_since(task, epoch, since, max_keys)
 
+    async def mark_done(self, task: TaskKey, batch: int, attempt: str) -> bool:
+        """See base.TaskStore.mark_done."""
+        return await self.inner.mark_done(task, batch, attempt)
+
     async def version(self, task: TaskKey) -> str:
         """See base.TaskStore.version."""
         return await self.inner.version(task)

@@ -30,8 +30,11 @@ from .task import (
     _chunks,
     _log_commit,
     _restart_log,
+    _restore_stash,
     _Task,
     expire,
+    launched_before,
+    same_application,
 )
 
 
@@ -114,6 +117,8 @@ class MemoryTaskStore:
                 )  # fmt: skip
             if attempt in t.superseded:
                 raise errors.fenced(task.fq, t.epoch)
+            if batch is not None and t.claim_batch == batch and launched_before(attempt, t.claim):
+                raise errors.fenced(task.fq, t.epoch)  # an older attempt that opens late
         replay = t is not None and batch is not None and t.batch == batch and batch >= 0
         if replay and t is not None and t.undo_batch != batch:
             raise errors.cannot_roll_back(task.fq, batch)
@@ -131,7 +136,19 @@ class MemoryTaskStore:
         t.epoch += 1
         t.codec = codec
         t.last_writer = writer
+        if t.stash is not None and batch is not None and batch > t.stash[0]:
+            _restore_stash(t)
+            replay = False
         rolled, n = False, 0
+        if (
+            replay
+            and t.done is not None
+            and t.done[0] == batch
+            and t.done[1] != attempt
+            and same_application(attempt, t.done[1])
+            and t.stash is None
+        ):
+            t.stash = (t.batch, t.gen, dict(t.data), t.position)
         if replay:
             if t.undo_copy is not None:
                 t.data = t.undo_copy
@@ -157,6 +174,7 @@ class MemoryTaskStore:
             t.position = t.prev_position
             t.ver += 1
             t.rollbacks += 1
+            t.done = None
             rolled = True
         if t.edit_batch is not None and (batch is None or batch > t.edit_batch):
             _apply_edits(t, -1 if batch is None else batch)
@@ -171,6 +189,16 @@ class MemoryTaskStore:
         return OpenResult(
             t.epoch, last, t.position, len(t.data), t.version, rolled, n, False, now, expired
         )
+
+    async def mark_done(self, task: TaskKey, batch: int, attempt: str) -> bool:
+        """See base.TaskStore.mark_done."""
+        self.state.fault("done")
+        t = self.state.tasks.get(task)
+        if t is None or t.claim != attempt or t.claim_batch != batch:
+            return False
+        t.done = (batch, attempt)
+        t.stash = None
+        return True
 
     async def restore(
         self, task: TaskKey, epoch: int, max_fields: int

@@ -46,6 +46,10 @@ class _Task:
     claim: str | None = None  # the attempt that owns the epoch (None: unnamed)
     claim_batch: int | None = None
     superseded: list[str] = field(default_factory=list)  # the last _SUPERSEDED_MAX
+    done: tuple[int, str] | None = None  # (batch, attempt) the plugin's flush finished
+    # a finished batch a late attempt of the same application rolled back (open.lua's
+    # stash): (batch, generation, data, position)
+    stash: tuple[int, str, dict[str, bytes], bytes | None] | None = None
     # the change log, as lua/commit.lua keeps it: version -> the keys it changed;
     # complete for versions (log_floor, ver] when log_ver == ver; log_n keys in all
     log: dict[int, list[str]] = field(default_factory=dict)
@@ -67,6 +71,35 @@ class _Task:
     @property
     def version(self) -> str:
         return token(self.gen, self.ver)
+
+
+def launched_before(attempt: str, claim: str | None) -> bool:
+    """Spark launched `attempt` before `claim` (both SCOPE:N of one application), as open.lua."""
+    scope, _, n = attempt.rpartition(":")
+    cscope, _, cn = (claim or "").rpartition(":")
+    return bool(scope) and scope == cscope and n.isdigit() and cn.isdigit() and int(n) < int(cn)
+
+
+def same_application(attempt: str, other: str) -> bool:
+    """Two attempt ids (SCOPE:N) of one application, as open.lua tells them."""
+    scope, _, _ = attempt.rpartition(":")
+    return bool(scope) and scope == other.rpartition(":")[0]
+
+
+def _restore_stash(t: _Task) -> None:
+    """The first claim of a later batch makes the stashed finished batch the state (open.lua)."""
+    assert t.stash is not None  # noqa: S101 - the caller checked
+    batch, gen, data, position = t.stash
+    t.stash = None
+    if gen != t.gen:
+        return  # a rescale, import or seed came between
+    t.data = data
+    t.batch = batch
+    t.position = position
+    t.undo, t.undo_copy, t.undo_batch = {}, None, None
+    _restart_log(t, t.ver + 1, batch)
+    t.log_ver = t.ver + 1
+    t.ver += 1
 
 
 def _log(t: _Task, keys: list[str], batch: int) -> None:

@@ -22,6 +22,10 @@ in one Redis Cluster slot and one script can touch all its keys:
                          kept by the scripts that write; `:ttl_undo` the index before the
                          batch beside a copy-mode rollback record, as sidecars before
                          2026-11-25 kept it (a rollback now rebuilds the index instead)
+- `ts:{ns/comp/p}:stash`  hash: a batch another attempt finished, as it was when a late
+                         attempt of the same application rolled it back (lua/open.lua):
+                         made the state again at the next batch if the late attempt
+                         never finished; dropped when it did (lua/done.lua)
 - `ts:{ns/comp/p}:edits`  hash: operators' edits (`taskstate set/del/erase`) to apply again
                          at the task's next batch, key -> value ('' : delete)
 - `ts:{ns/comp/p}:stage`, `:stage_undo`  a rescale's new data and rollback record for
@@ -47,7 +51,9 @@ from taskstate.proto.ids import fq_task_id
 
 from ..values import TaskKey
 
-Kind = Literal["data", "meta", "undo", "log", "edits", "stage", "stage_undo", "ttl", "ttl_undo"]
+Kind = Literal[
+    "data", "meta", "undo", "log", "edits", "stage", "stage_undo", "ttl", "ttl_undo", "stash"
+]
 
 
 class ComponentRecord(NamedTuple):
@@ -119,6 +125,11 @@ def ttl_keys(task: TaskKey) -> tuple[str, str]:
     return task_key(n, c, p, "ttl"), task_key(n, c, p, "ttl_undo")
 
 
+def stash_key(task: TaskKey) -> str:
+    """A finished batch kept aside while a late attempt replays it (lua/open.lua)."""
+    return task_key(task.namespace, task.component, task.partition, "stash")
+
+
 def edits_key(task: TaskKey) -> str:
     """The task's kept edits (lua/edit.lua, lua/open.lua)."""
     return task_key(task.namespace, task.component, task.partition, "edits")
@@ -128,7 +139,7 @@ def every_key(task: TaskKey) -> tuple[str, ...]:
     """Every key a task may have: what deleting the task deletes."""
     n, c, p = task.namespace, task.component, task.partition
     return (*task_keys(task), edits_key(task), task_key(n, c, p, "stage"),
-            task_key(n, c, p, "stage_undo"), *ttl_keys(task))  # fmt: skip
+            task_key(n, c, p, "stage_undo"), *ttl_keys(task), stash_key(task))  # fmt: skip
 
 
 def index_member(task: TaskKey) -> str:

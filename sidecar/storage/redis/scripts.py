@@ -56,6 +56,7 @@ ARGV: dict[str, tuple[str, ...]] = {
     "seed_merge": ("lock",),
     "seed_publish": ("lock", "partitions", "batch", "new_gen", "now", "codec", "mode"),
     "seed_undo": ("lock",),
+    "done": ("batch", "attempt"),
 }
 
 # A write of the data source (seed.py) holds its tasks as a rescale does, with a lock of

@@ -28,7 +28,7 @@ from ...errors import SidecarError
 from ..values import ChangeSet, CommitResult, Delta, OpenResult, TaskKey, TaskMeta
 from . import meta
 from .changelog import changed_keys, log_entry
-from .keys import edits_key, task_keys, ttl_keys
+from .keys import edits_key, stash_key, task_keys, ttl_keys
 from .records import NamespaceRecords
 from .replies import text
 from .routing import Connection
@@ -116,6 +116,16 @@ class RedisTaskStore:
         self._seen.note(task, result.version, result.committed_batch)
         return result
 
+    async def mark_done(self, task: TaskKey, batch: int, attempt: str) -> bool:
+        """See base.TaskStore.mark_done (lua/done.lua)."""
+        argv = self._conn.scripts["done"].args(batch=str(batch), attempt=attempt)
+        keys = (task_keys(task)[0], stash_key(task))
+
+        async def call() -> Any:
+            return await self._conn.evalsha("done", keys, argv)
+
+        return bool(int(await self._conn.run("done", call)))
+
     async def _open_script(
         self, task: TaskKey, batch: int | None, args: dict[str, str], partitions: int | None
     ) -> Any:
@@ -130,7 +140,7 @@ class RedisTaskStore:
         data source that held the task was settled.
         """
         script = self._conn.scripts["open"]
-        keys = (*task_keys(task), edits_key(task), *ttl_keys(task))
+        keys = (*task_keys(task), edits_key(task), *ttl_keys(task), stash_key(task))
         settled = False
         while True:
             argv = script.args(**args)

@@ -132,6 +132,34 @@ def test_a_displaced_attempt_is_fenced_in_every_process(
     assert stored(redis_server, namespace) == {"k": b'"newer"'}
 
 
+def test_an_older_attempt_that_opens_late_cannot_undo_the_newer_ones_batch(
+    redis_server: RedisServer, workers: list[Worker], namespace: str
+) -> None:
+    """A zombie of a failed stage attempt opens after its replacement finished the batch.
+
+    Spark launched attempt 9 of batch 4 first; a stage retry launched attempt 12, which
+    committed the whole batch and was counted done. Attempt 9 opened only then. Before, it
+    was a new claim: it rolled batch 4 back, committed its first group and was killed when
+    the stage ended (its held groups discarded), so batch 5 built on half of batch 4.
+    """
+    p1, p2, p3 = workers
+    p1.block(LocalContext(0, batch_id=3, app_id="app", task_attempt_id=5), {"k": 1})
+    newer = LocalContext(0, batch_id=4, app_id="app", task_attempt_id=12)
+    p2.block(newer, {"k": 2, "first-group": 1})
+    p2.block(newer, {"later-group": 1})
+    after_newer = snapshot(redis_server, namespace)
+    older = LocalContext(0, batch_id=4, app_id="app", task_attempt_id=9)
+    with pytest.raises(WorkerError) as opened:
+        p3.call("enter", older)
+    assert opened.value.kind == "FencedError" and f"{namespace}/c/0" in opened.value.message
+    assert snapshot(redis_server, namespace) == after_newer
+    nxt = p1.block(LocalContext(0, batch_id=5, app_id="app", task_attempt_id=20), {})
+    assert nxt["data"] == {"k": 2, "first-group": 1, "later-group": 1}
+    # a replay of batch 4 by a new application (a restarted driver) still rolls it back
+    replay = p3.block(LocalContext(0, batch_id=5, app_id="app-after", task_attempt_id=3), {})
+    assert replay["rolled_back"] and replay["data"] == {"k": 2, "first-group": 1, "later-group": 1}
+
+
 def test_an_attempt_id_reused_by_a_new_application_is_a_new_attempt(
     redis_server: RedisServer, workers: list[Worker], namespace: str
 ) -> None:

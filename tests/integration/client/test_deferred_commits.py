@@ -23,6 +23,8 @@ from taskstate.client import LocalContext, TaskState
 from taskstate.client._buffer import buffer
 from taskstate.client._errors import StorageUnavailableError
 from taskstate.client._transport import GrpcTransport
+from taskstate.sidecar.storage.redis.keys import stash_key
+from taskstate.sidecar.storage.values import TaskKey
 from taskstate.testing import RedisServer, SidecarProcess
 
 from ..attempt_worker import worker_pool
@@ -307,3 +309,85 @@ def test_a_block_after_a_failed_held_commit_reads_what_its_attempt_held(
     assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(4)}
     assert ask(barrier, f"FLUSH {ctx.taskAttemptId()}") == "OK 1"
     assert stored(redis_server, namespace, int) == {**{f"g{i}": 1 for i in range(4)}, "g5": 2}
+
+
+def _finished_batch(side: SidecarProcess, barrier: Path, namespace: str) -> dict[str, int]:
+    """Batch 0 and then batch 1 (20 groups) finished by attempts of application "app"."""
+    base = LocalContext(0, batch_id=0, app_id="app", task_attempt_id=9_000_001)
+    groups(base, side.target, namespace, 1)
+    assert ask(barrier, f"FLUSH {base.taskAttemptId()}") == "OK 0"
+    first = LocalContext(0, batch_id=1, app_id="app", task_attempt_id=9_000_010)
+    groups(first, side.target, namespace, 20)
+    assert ask(barrier, f"FLUSH {first.taskAttemptId()}") == "OK 19"
+    return {"g0": 2, **{f"g{i}": 1 for i in range(1, 20)}}
+
+
+@pytest.mark.parametrize("late_attempt", ["killed", "finished"])
+def test_a_late_attempt_that_replays_a_finished_batch_never_leaves_half_of_it(
+    barrier_sidecar: tuple[SidecarProcess, Path],
+    redis_server: RedisServer,
+    namespace: str,
+    late_attempt: str,
+) -> None:
+    """Spark counts the first attempt that reports success and kills the other copies.
+
+    A stage retry launched attempt 12 of a partition whose attempt 10 (of the failed stage
+    attempt) still ran; 10 finished batch 1 first, and 12 opened only then. 12 rolls the
+    finished batch back and recomputes it; Spark kills it when the stage ends, after its
+    first group. That used to leave half of batch 1 for batch 2 to build on. Now the
+    finished batch was kept aside and batch 2's first Open makes it the state again; had
+    12 finished (a map task Spark ran again), its own equal state stands.
+    """
+    side, barrier = barrier_sidecar
+    finished = _finished_batch(side, barrier, namespace)
+    assert stored(redis_server, namespace, int) == finished
+    late = LocalContext(0, batch_id=1, app_id="app", task_attempt_id=9_000_012)
+    stash = redis_server.client().exists(stash_key(TaskKey(namespace, "c", 0)))
+    if late_attempt == "killed":
+        groups(late, side.target, namespace, 5)  # rolled back, then 1 group, 4 held
+        assert stored(redis_server, namespace, int) == {"g0": 2}  # half a batch
+        assert ask(barrier, f"DISCARD {late.taskAttemptId()}") == "OK 0"
+    else:
+        groups(late, side.target, namespace, 20)
+        assert ask(barrier, f"FLUSH {late.taskAttemptId()}") == "OK 19"
+        assert not redis_server.client().exists(stash_key(TaskKey(namespace, "c", 0)))
+    assert not stash
+    nxt = LocalContext(0, batch_id=2, app_id="app", task_attempt_id=9_000_030)
+    with TaskState(nxt, component="c", namespace=namespace, sidecar=side.target) as s:
+        assert dict(s) == finished
+    assert stored(redis_server, namespace, int) == finished
+    assert not redis_server.client().exists(stash_key(TaskKey(namespace, "c", 0)))
+
+
+def test_a_replay_by_a_new_application_keeps_nothing_aside(
+    barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
+) -> None:
+    """A restarted query replays batch 1 because Spark never counted it: no stash."""
+    side, barrier = barrier_sidecar
+    _finished_batch(side, barrier, namespace)
+    replay = LocalContext(0, batch_id=1, app_id="app-after", task_attempt_id=3)
+    with TaskState(replay, component="c", namespace=namespace, sidecar=side.target) as s:
+        assert dict(s) == {"g0": 1}  # batch 1 rolled back
+    assert not redis_server.client().exists(stash_key(TaskKey(namespace, "c", 0)))
+
+
+def test_a_flush_after_another_attempt_took_the_batch_fails(
+    barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
+) -> None:
+    """The finished mark is only for the attempt that still holds the claim.
+
+    Attempt 20 wrote its one block; speculative attempt 22 claimed the task (rolling 20's
+    block back) before 20's task ended. 20 must not be reported done: its FLUSH fails
+    (the plugin stops the executor), though it held nothing.
+    """
+    side, barrier = barrier_sidecar
+    original = LocalContext(0, batch_id=1, app_id="app", task_attempt_id=9_000_020)
+    with TaskState(original, component="c", namespace=namespace, sidecar=side.target) as s:
+        s["k"] = "original"
+    copy = LocalContext(0, batch_id=1, app_id="app", task_attempt_id=9_000_022)
+    with TaskState(copy, component="c", namespace=namespace, sidecar=side.target) as s:
+        assert dict(s) == {}  # the original's block rolled back
+    answer = ask(barrier, f"FLUSH {original.taskAttemptId()}")
+    assert answer.startswith("FAIL ") and "another attempt claimed batch 1" in answer
+    assert ask(barrier, f"FLUSH {copy.taskAttemptId()}") == "OK 0"
+    assert stored(redis_server, namespace) == {}

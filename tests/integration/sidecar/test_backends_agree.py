@@ -1,8 +1,8 @@
 """The Lua scripts against the in-memory model: random protocol histories (opens by new,
-returning and displaced task attempts, replays, stale epochs, group commits, deletes,
-batch jobs, delta restores) must give the same answers and the same state on a real Redis
-and in MemoryBackend; every delta applied to the state at its base version gives exactly
-the committed state."""
+returning, displaced and late task attempts, batches marked finished, replays, stale
+epochs, group commits, deletes, batch jobs, delta restores) must give the same answers
+and the same state on a real Redis and in MemoryBackend; every delta applied to the state
+at its base version gives exactly the committed state."""
 
 from __future__ import annotations
 
@@ -75,6 +75,8 @@ async def _step(store: Any, task: TaskKey, op: tuple[Any, ...]) -> Any:
                 durability=Durability(),
             )
             return ("commit", r.size)
+        if op[0] == "done":  # the executor plugin's flush marks the attempt finished
+            return ("done", await store.tasks.mark_done(task, op[1], op[2]))
         if op[0] == "restore":
             return ("restore", await _restore(store, task, op[1]))
         if op[0] == "get":
@@ -126,7 +128,10 @@ def _history(rng: random.Random) -> list[tuple[Any, ...]]:
             pos = rng.choice([None, str(rng.randint(0, 9)).encode()])
             e = epoch if rng.random() < 0.85 else max(1, epoch - 1)  # sometimes a zombie
             ops.append(("commit", e, batch if streaming else None, ups, dels, pos))
-        elif r < 0.85:
+        elif r < 0.86:
+            holder = claim[0] if claim and claim[0] and rng.random() < 0.7 else None
+            ops.append(("done", batch, holder or rng.choice(ATTEMPTS[:-1])))
+        elif r < 0.88:
             ops.append(("restore", epoch if rng.random() < 0.9 else epoch + 5))
         elif r < 0.93:
             e = epoch if rng.random() < 0.9 else epoch + 5
@@ -171,6 +176,60 @@ def test_redis_scripts_and_memory_model_agree(redis_server: RedisServer, namespa
 
     asyncio.run(run())
     assert deltas > 50 and changed > 25, (deltas, changed)  # the histories did exercise it
+
+
+def _late_attempt(late_finishes: bool) -> list[tuple[Any, ...]]:
+    """app:2 finishes batch 1; app:3 (launched later) replays it; then batch 2 begins."""
+    late: list[tuple[Any, ...]] = [("commit", 3, 1, [("a", b"9")], [], None)]  # first group
+    if late_finishes:
+        late = [("commit", 3, 1, [("a", b"3"), ("b", b"1")], [], b"5"), ("done", 1, "app:3")]
+    return [
+        ("open", 0, "app:1"), ("commit", 1, 0, [("a", b"1")], [], None), ("done", 0, "app:1"),
+        ("open", 1, "app:2"), ("commit", 2, 1, [("a", b"2"), ("b", b"1")], [], b"5"),
+        ("done", 1, "app:2"), ("done", 1, "app:1"),  # app:1 no longer holds the claim
+        ("open", 1, "app:3"), ("restore", 3), *late,
+        ("open", 2, "app:4"), ("restore", 4), ("changes", 4, 1), ("get", 4),
+        ("commit", 4, 2, [("c", b"1")], [], b"6"), ("done", 2, "app:4"),
+        ("open", 3, "app:5"), ("restore", 5),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("late_finishes", [False, True])
+def test_a_finished_batch_a_late_attempt_replayed_agrees(
+    redis_server: RedisServer, namespace: str, late_finishes: bool
+) -> None:
+    """The stash (open.lua, done.lua): a killed late attempt's half batch is replaced by
+    the finished one at the next batch; a late attempt that finishes keeps its own."""
+
+    async def run() -> list[Any]:
+        redis_store = RedisBackend(redis_server.url)
+        memory = MemoryBackend()
+        memory.state.records.add(namespace)
+        task = TaskKey(namespace, f"late-{late_finishes}", 0)
+        answers = []
+        try:
+            for i, op in enumerate(_late_attempt(late_finishes)):
+                want = await _step(memory, task, op)
+                got = await _step(redis_store, task, op)
+                assert got == want, f"step {i}, op {op}"
+                answers.append(got)
+        finally:
+            await redis_store.close()
+        return answers
+
+    ops = _late_attempt(late_finishes)
+    answers = asyncio.run(run())
+    assert answers[5:7] == [("done", True), ("done", False)]
+    assert answers[7][6] is True  # the late attempt rolled batch 1 back
+    assert answers[8] == ("restore", {"a": b"1"})
+    state = {"a": b"3" if late_finishes else b"2", "b": b"1"}
+    batch2 = ops.index(("open", 2, "app:4"))
+    assert answers[batch2][3] == 1  # batch 1 committed, at its position
+    assert answers[batch2 + 1] == ("restore", state)  # batch 2 begins on the finished batch 1
+    task = TaskKey(namespace, f"late-{late_finishes}", 0)
+    meta = redis_server.client().hgetall(task_keys(task)[0])
+    assert int(meta.get(b"finished_restored", 0)) == (0 if late_finishes else 1)
+    assert answers[-1] == ("restore", {**state, "c": b"1"})
 
 
 async def _operator_story(store: Any, ns: str) -> list[Any]:

@@ -1,6 +1,6 @@
 -- Open(task, batch, attempt): claim the task for a task attempt.
--- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 edits, 6 ttl (the expiry index), 7 ttl_undo (all
---       in the task's hash-tag slot)
+-- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 edits, 6 ttl (the expiry index), 7 ttl_undo,
+--       8 stash (all in the task's hash-tag slot)
 -- ARGV: 1 batch ('' for batch jobs), 2 generation id for a new task, 3 now,
 --       4 writer, 5 codec, 6 attempt id ('' from an older client: always a new claim),
 --       7 '1': refuse a task with no keys at all (TSNEW) so the sidecar can ask the index,
@@ -14,7 +14,14 @@
 -- claim: same epoch, nothing rolled back. Another attempt claims as before (epoch + 1,
 -- rollback of a replayed batch), and the attempt it displaced is added to 'superseded'
 -- (the last SUPERSEDED_MAX, space-separated): that zombie's later Open is fenced instead
--- of rolling back the attempt that replaced it.
+-- of rolling back the attempt that replaced it. So is the first Open of an attempt of the
+-- same application (SCOPE:N, N Spark's task attempt id) launched before the claim's one
+-- (a smaller N) at the same batch: an older attempt that opens late. An attempt of the
+-- same application that rolls back a batch another attempt finished (meta done_batch,
+-- done_by: done.lua, the executor plugin's flush) first keeps the finished state aside
+-- (stash): Spark counts the first attempt that reports success and may kill the late one
+-- half-way. The first claim of a later batch makes the stash the state again, unless an
+-- attempt finished the batch since (done.lua dropped it).
 -- A rollback is a new version in the change log (commit.lua): in fields mode the keys
 -- it restored are logged at that version; in copy mode (the batch touched a large share
 -- of the state) the log starts afresh, so workers holding older versions restore in full.
@@ -42,19 +49,20 @@
 -- that batch (its rollback record holds them: a replay rolls them back and expires them
 -- again) and a version in the change log. So every key a block of the batch can see is
 -- alive. A component that used event time (meta time) refuses a claim without one (TSTIME).
--- Errors: TSAHEAD <last>, TSPARTS <recorded>, TSRESCALING <id>, TSCORRUPT <what>, TSTIME,
--- TSCODEC <stored codec>, TSFENCED <epoch>, TSLOST data <batch> <size> |
--- TSLOST meta <keys> | TSLOST behind <batch> <ver>, TSNEW.
+-- Errors: TSAHEAD <last>, TSPARTS <recorded>, TSRESCALING <id>,
+-- TSCORRUPT <what>, TSTIME, TSCODEC <stored codec>, TSFENCED <epoch>,
+-- TSLOST data <batch> <size> | TSLOST meta <keys> | TSLOST behind <batch> <ver>, TSNEW.
 -- An error writes nothing.
 local SUPERSEDED_MAX = 32
-local meta, data, undo, log, edits, ttl, ttl_undo =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local meta, data, undo, log, edits, ttl, ttl_undo, stash =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local foreign = not_hashes({data, undo, log, edits})  -- prelude.lua
 if foreign then return foreign end
 local m = redis.call('HMGET', meta, 'layout', 'epoch', 'batch', 'gen', 'ver', 'codec',
   'undo_batch', 'prev_batch', 'prev_pos', 'pos', 'undo_mode', 'undo_n', 'claim',
   'claim_batch', 'superseded', 'log_ver', 'log_n', 'size', 'size_ver', 'partitions',
-  'rescale', 'edit_batch', 'now_batch', 'now_ms', 'time', 'undo_ttl')
+  'rescale', 'edit_batch', 'now_batch', 'now_ms', 'time', 'undo_ttl', 'done_by', 'done_batch',
+  'stash_batch', 'stash_gen', 'stash_pos', 'stash_ttl')
 local has_data = redis.call('EXISTS', data) == 1
 if redis.call('EXISTS', meta) == 0 then
   if has_data then
@@ -107,6 +115,15 @@ local superseded = m[15] or ''
 if attempt ~= '' and string.find(' ' .. superseded .. ' ', ' ' .. attempt .. ' ', 1, true) then
   return redis.error_reply('TSFENCED ' .. string.format('%d', epoch))
 end
+local scope, id = string.match(attempt, '^(.*):(%d+)$')
+local cscope, cid = string.match(m[13] or '', '^(.*):(%d+)$')
+if has_batch and m[14] == ARGV[1] and scope and scope == cscope
+    and tonumber(id) < tonumber(cid) then
+  -- an attempt Spark launched before the one that claimed this batch (same application:
+  -- task attempt ids grow with each launch) that opens only now: a zombie of a failed
+  -- stage attempt or a slow original beside a speculative copy
+  return redis.error_reply('TSFENCED ' .. string.format('%d', epoch))
+end
 if m[13] and m[13] ~= attempt then
   local kept = {}
   for a in string.gmatch(superseded, '%S+') do kept[#kept + 1] = a end
@@ -114,6 +131,37 @@ if m[13] and m[13] ~= attempt then
   superseded = table.concat(kept, ' ', math.max(1, #kept - SUPERSEDED_MAX + 1))
 end
 epoch = epoch + 1
+local stash_b = tonumber(m[29] or '')
+if stash_b and has_batch and batch > stash_b then
+  -- The first claim of a later batch finds a stash (see below): the late attempt that
+  -- rolled a finished batch back never finished it (Spark killed it when the stage
+  -- ended, having counted the other attempt). The finished batch is the state again.
+  if m[30] == m[4] then  -- same generation: no rescale, import or seed came between
+    if redis.call('EXISTS', stash) == 1 then
+      redis.call('RENAME', stash, data)
+    else
+      redis.call('UNLINK', data)
+    end
+    redis.call('UNLINK', ttl, ttl_undo, undo)
+    if m[32] == '1' then rebuild_index(ttl, data) end  -- prelude.lua
+    ver = ver + 1
+    local nv = string.format('%d', ver)
+    redis.call('UNLINK', log)  -- the log starts afresh: workers restore in full
+    redis.call('HSET', meta, 'batch', m[29], 'log_floor', nv, 'log_ver', nv, 'log_n', '0',
+      'log_floor_batch', m[29])
+    redis.call('HDEL', meta, 'undo_batch', 'prev_batch', 'prev_pos', 'undo_mode', 'undo_n',
+      'undo_ttl')
+    redis.call('HINCRBY', meta, 'finished_restored', 1)
+    last = stash_b
+    m[10] = nil
+    if m[31] and string.sub(m[31], 1, 1) == '+' then m[10] = string.sub(m[31], 2) end
+    if m[10] then redis.call('HSET', meta, 'pos', m[10]) else redis.call('HDEL', meta, 'pos') end
+  else
+    redis.call('UNLINK', stash)
+  end
+  redis.call('HDEL', meta, 'stash_batch', 'stash_gen', 'stash_pos', 'stash_ttl', 'stash_by')
+  stash_b = nil
+end
 local pos = m[10]
 local rolled, nrolled = 0, 0
 if has_batch and last == batch and last >= 0 then
@@ -121,6 +169,21 @@ if has_batch and last == batch and last >= 0 then
     -- only the last written batch can be rolled back, and that record was used already:
     -- the checkpoint is older than the state
     return redis.error_reply('TSNOUNDO ' .. string.format('%d', last))
+  end
+  local dscope = string.match(m[27] or '', '^(.*):%d+$')
+  if m[28] == ARGV[1] and m[27] ~= attempt and scope and scope == dscope and not stash_b then
+    -- Another attempt of this application finished this batch (done.lua: the plugin's
+    -- flush), and this one replays it: a zombie of a failed stage attempt, a speculative
+    -- copy, or a map task Spark runs again because its output was lost. Spark may
+    -- already count the finished attempt and kill this one half-way when the stage
+    -- ends; then no one replays the batch. The finished state is kept aside until this
+    -- batch is finished again (done.lua drops it) or a later batch begins (above).
+    redis.call('UNLINK', stash)
+    if redis.call('EXISTS', data) == 1 then redis.call('COPY', data, stash) end
+    local spos = ''
+    if m[10] then spos = '+' .. m[10] end
+    redis.call('HSET', meta, 'stash_batch', ARGV[1], 'stash_gen', gen, 'stash_pos', spos,
+      'stash_ttl', redis.call('EXISTS', ttl) == 1 and '1' or '0', 'stash_by', m[27])
   end
   -- the log goes on only if it covered every version so far (log_ver = ver)
   local logged = m[16] and tonumber(m[16]) == ver
@@ -167,7 +230,7 @@ if has_batch and last == batch and last >= 0 then
     redis.call('HDEL', meta, 'pos')
   end
   redis.call('HDEL', meta, 'undo_batch', 'prev_batch', 'prev_pos', 'undo_mode', 'undo_n',
-    'undo_ttl')
+    'undo_ttl', 'done_batch', 'done_by')
   redis.call('HINCRBY', meta, 'rollbacks', 1)
   if logged then
     redis.call('HSET', meta, 'log_ver', string.format('%d', newver))
