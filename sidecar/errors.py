@@ -58,6 +58,17 @@ def fenced(fq: str, current: object) -> SidecarError:
     )
 
 
+def finished_batch_aside(fq: str, batch: object, what: str) -> SidecarError:
+    """A task keeps a finished batch aside (lua/open.lua's stash): `what` must wait."""
+    return SidecarError(
+        codes.CHANGED,
+        f"task {fq}: batch {batch} was finished by one task attempt and then replayed by a "
+        "later attempt of the same application that never finished it; the finished state "
+        "is kept aside until the query's next batch makes it the state again. Nothing was "
+        f"changed. Run the query for one more batch, stop it, then {what}.",
+    )
+
+
 def import_fenced(fq: str, current: object) -> SidecarError:
     """A later request of an import whose task was claimed by someone else meanwhile."""
     return SidecarError(
@@ -133,6 +144,14 @@ def state_lost_part(fq: str, what: str, detail: list[str], batch: object) -> Sid
         lost = (
             f"its metadata says batch {stored_batch} and {size} key(s), but its data is gone "
             "from Redis (evicted, deleted, or lost in a restart or failover)"
+        )
+    elif what == "stash":
+        stored_batch, size = (detail + ["?", "?"])[:2]
+        lost = (
+            f"the copy of batch {stored_batch} ({size} key(s)) that one attempt finished, kept "
+            "aside while a later attempt of the application replayed that batch and never "
+            "finished it, is gone from Redis (evicted, deleted, or lost in a restart or "
+            "failover)"
         )
     else:
         keys = detail[0] if detail else "?"

@@ -89,7 +89,13 @@ class FlushCoordinator:
             return
         self._opened.setdefault(int(n), {})[task] = (batch, attempt_id)
         while len(self._opened) > OPENED_MAX:  # an attempt whose end never came
-            del self._opened[next(iter(self._opened))]
+            oldest = next(iter(self._opened))
+            del self._opened[oldest]
+            log.warning(
+                "forgot the Opens of a task attempt that neither flushed nor was discarded: "
+                "its batch will not be marked finished",
+                extra={"task_attempt": oldest, "kept": OPENED_MAX},
+            )
 
     # -- the workers' side ---------------------------------------------------------
 
@@ -162,37 +168,38 @@ class FlushCoordinator:
 
         (ok, why not, keys).
         """
-        ok, why, keys = await self._flush_held(attempt)
+        t0 = time.perf_counter()
+        held, problems, keys = await self._flush_held(attempt)
         opened = self._opened.pop(attempt, {})
-        if not ok or self.mark_done is None:
-            return ok, why, keys
-        problems = []
-        for task, (batch, attempt_id) in opened.items():
-            try:
-                if not await self.mark_done(task, batch, attempt_id):
-                    problems.append(
-                        f"task {task.fq}: another attempt claimed batch {batch} before this "
-                        "attempt finished (it rolled the batch back)"
-                    )
-            except Exception as exc:  # any failure fails the flush
-                problems.append(f"task {task.fq}: could not mark batch {batch} done: {exc}")
-        if problems:
-            metrics.FLUSHES.labels(outcome="failed").inc()
+        if not problems and self.mark_done is not None:
+            for task, (batch, attempt_id) in opened.items():
+                try:
+                    if not await self.mark_done(task, batch, attempt_id):
+                        problems.append(
+                            f"task {task.fq}: another attempt claimed batch {batch} before "
+                            "this attempt finished (it rolled the batch back)"
+                        )
+                except Exception as exc:  # any failure fails the flush
+                    problems.append(f"task {task.fq}: could not mark batch {batch} done: {exc}")
+        ok = not problems
+        if held or not ok:
+            metrics.FLUSHES.labels(outcome="ok" if ok else "failed").inc()
+        if held:
+            metrics.FLUSH_SECONDS.observe(time.perf_counter() - t0)
+        if not ok:
             log.error(
                 "flush failed: the executor plugin stops the executor (fail-stop)",
                 extra={"task_attempt": attempt, "problems": problems},
             )
-            return False, "; ".join(problems), keys
-        return True, "", keys
+        return ok, "; ".join(problems), keys
 
-    async def _flush_held(self, attempt: int) -> tuple[bool, str, int]:
-        """Commit everything the workers hold for `attempt`: (ok, why not, keys)."""
+    async def _flush_held(self, attempt: int) -> tuple[bool, list[str], int]:
+        """Commit everything the workers hold for `attempt`: (anything held, problems, keys)."""
         holders = self._deferred.pop(attempt, set())
         lost = self._lost.pop(attempt, None)
         metrics.DEFERRED_ATTEMPTS.set(len(self._deferred))
         if not holders and lost is None:
-            return True, "", 0  # nothing deferred: the task committed synchronously, or not at all
-        t0 = time.perf_counter()
+            return False, [], 0  # nothing deferred: the task committed synchronously, or not at all
         problems = [lost] if lost else []
         waits: list[tuple[_Link, asyncio.Future[pb.FlushResult]]] = []
         loop = asyncio.get_running_loop()
@@ -222,15 +229,7 @@ class FlushCoordinator:
                     keys += r.keys
                 else:
                     problems.append(f"worker pid {link.pid}: {r.error}")
-        ok = not problems
-        metrics.FLUSHES.labels(outcome="ok" if ok else "failed").inc()
-        metrics.FLUSH_SECONDS.observe(time.perf_counter() - t0)
-        if not ok:
-            log.error(
-                "flush failed: the executor plugin stops the executor (fail-stop)",
-                extra={"task_attempt": attempt, "problems": problems},
-            )
-        return ok, "; ".join(problems), keys
+        return True, problems, keys
 
     def discard(self, attempt: int) -> None:
         """The attempt failed: its workers drop what they hold for it."""

@@ -61,6 +61,10 @@ async def rescale(
                 f"{k.fq} was written {now - store.tasks[k].updated_at:.0f} s ago: the query "
                 "still runs. Nothing was changed. Stop the query, then rescale.",
             )
+    for k in sources:
+        stash = store.tasks[k].stash
+        if stash is not None:  # lua/open.lua: restored by the next batch
+            raise errors.finished_batch_aside(k.fq, stash[0], "rescale")
     counts = {store.tasks[k].partitions for k in sources} - {None}
     recorded = store.partition_counts.get((namespace, component))
     from_count = recorded or max([c for c in counts if c] or [sources[-1].partition + 1])

@@ -62,6 +62,9 @@ class MemorySeeder:
         for p, t in tasks.items():
             if now - t.updated_at < spec.quiet_s:
                 raise errors.bad_argument(f"{ns}/{comp}/{p} was written recently")
+        for p, t in tasks.items():
+            if t.stash is not None and not spec.overwrite:  # lua/open.lua's stash
+                raise errors.finished_batch_aside(f"{ns}/{comp}/{p}", t.stash[0], "write to it")
         highest = max((t.batch for t in tasks.values()), default=-1)
         batch = spec.batch
         if batch is None:

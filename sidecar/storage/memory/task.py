@@ -82,8 +82,9 @@ def launched_before(attempt: str, claim: str | None) -> bool:
 
 def same_application(attempt: str, other: str) -> bool:
     """Two attempt ids (SCOPE:N) of one application, as open.lua tells them."""
-    scope, _, _ = attempt.rpartition(":")
-    return bool(scope) and scope == other.rpartition(":")[0]
+    scope, _, n = attempt.rpartition(":")
+    oscope, _, on = other.rpartition(":")
+    return bool(scope) and scope == oscope and n.isdigit() and on.isdigit()
 
 
 def _restore_stash(t: _Task) -> None:

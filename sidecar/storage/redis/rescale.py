@@ -208,6 +208,10 @@ class Rescaler:
             )
         await meta.refuse_if_running(self._conn, namespace, component, sources, quiet_s, "rescale")
         metas = await self._metas(namespace, component, sources)
+        for p, m in metas.items():
+            if m["stash_batch"] is not None:  # lua/open.lua: restored by the next batch
+                fq = TaskKey(namespace, component, p).fq
+                raise errors.finished_batch_aside(fq, m["stash_batch"], "rescale")
         codecs = {m["codec"] for m in metas.values() if m["codec"]}
         if len(codecs) > 1:
             raise errors.corrupt(
@@ -233,7 +237,7 @@ class Rescaler:
         self, namespace: str, component: str, sources: Sequence[int]
     ) -> dict[int, dict[str, str | None]]:
         """What the plan reads of each source's metadata."""
-        fields = ("batch", "undo_batch", "prev_batch", "codec", "partitions")
+        fields = ("batch", "undo_batch", "prev_batch", "codec", "partitions", "stash_batch")
         return await meta.fields(self._conn, namespace, component, sources, fields)
 
     async def _batch(self, namespace: str, component: str, plan: Plan) -> None:

@@ -239,7 +239,11 @@ class Seeder:
     async def _batch(self, spec: SeedSpec, existing: Sequence[int]) -> int:
         """The batch the written tasks record (see SeedBeginRequest.batch)."""
         ns, comp = spec.namespace, spec.component
-        batches = await meta.fields(self._conn, ns, comp, existing, ("batch",))
+        batches = await meta.fields(self._conn, ns, comp, existing, ("batch", "stash_batch"))
+        for p, m in batches.items():
+            if m["stash_batch"] is not None and not spec.overwrite:  # lua/open.lua's stash
+                fq = TaskKey(ns, comp, p).fq
+                raise errors.finished_batch_aside(fq, m["stash_batch"], "write to it")
         highest = max((int(m["batch"] or -1) for m in batches.values()), default=-1)
         if spec.batch is None:
             return highest if existing and not spec.overwrite else -1

@@ -8,6 +8,7 @@ workers run them.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -21,14 +22,17 @@ import pytest
 
 from taskstate.client import LocalContext, TaskState
 from taskstate.client._buffer import buffer
-from taskstate.client._errors import StorageUnavailableError
+from taskstate.client._errors import StateLostError, StorageUnavailableError
 from taskstate.client._transport import GrpcTransport
+from taskstate.proto import codes
+from taskstate.sidecar.errors import SidecarError
+from taskstate.sidecar.storage.redis.backend import RedisBackend
 from taskstate.sidecar.storage.redis.keys import stash_key
 from taskstate.sidecar.storage.values import TaskKey
 from taskstate.testing import RedisServer, SidecarProcess
 
 from ..attempt_worker import worker_pool
-from ..conftest import stored
+from ..conftest import snapshot, stored
 
 
 @pytest.fixture(scope="module")
@@ -391,3 +395,52 @@ def test_a_flush_after_another_attempt_took_the_batch_fails(
     assert answer.startswith("FAIL ") and "another attempt claimed batch 1" in answer
     assert ask(barrier, f"FLUSH {copy.taskAttemptId()}") == "OK 0"
     assert stored(redis_server, namespace) == {}
+
+
+def test_a_finished_batch_kept_aside_and_lost_is_refused_not_emptied(
+    barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
+) -> None:
+    """Redis lost the copy of the finished batch: the next batch refuses, writes nothing."""
+    side, barrier = barrier_sidecar
+    _finished_batch(side, barrier, namespace)
+    late = LocalContext(0, batch_id=1, app_id="app", task_attempt_id=9_000_012)
+    groups(late, side.target, namespace, 5)
+    assert ask(barrier, f"DISCARD {late.taskAttemptId()}") == "OK 0"
+    c = redis_server.client()
+    assert c.delete(stash_key(TaskKey(namespace, "c", 0))) == 1  # evicted, say
+    before = snapshot(redis_server, namespace)
+    nxt = LocalContext(0, batch_id=2, app_id="app", task_attempt_id=9_000_030)
+    with pytest.raises(StateLostError) as lost:
+        TaskState(nxt, component="c", namespace=namespace, sidecar=side.target).__enter__()
+    assert "the copy of batch 1 (20 key(s))" in str(lost.value)
+    assert snapshot(redis_server, namespace) == before
+
+
+def test_a_rescale_waits_for_the_batch_that_restores_a_finished_batch_kept_aside(
+    barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
+) -> None:
+    """A rescale would copy the late attempt's half batch: refused until the next batch."""
+    side, barrier = barrier_sidecar
+    finished = _finished_batch(side, barrier, namespace)
+    late = LocalContext(0, batch_id=1, app_id="app", task_attempt_id=9_000_012)
+    groups(late, side.target, namespace, 5)
+    assert ask(barrier, f"DISCARD {late.taskAttemptId()}") == "OK 0"
+    before = snapshot(redis_server, namespace)
+
+    async def rescale() -> list[str]:
+        backend = RedisBackend(redis_server.url)
+        try:
+            return [p.phase async for p in backend.admin.rescale(namespace, "c", 2, "string", 0)]
+        finally:
+            await backend.close()
+
+    with pytest.raises(SidecarError) as refused:
+        asyncio.run(rescale())
+    assert refused.value.code == codes.CHANGED
+    assert f"task {namespace}/c/0: batch 1 was finished" in str(refused.value)
+    assert "Run the query for one more batch" in str(refused.value)
+    assert snapshot(redis_server, namespace) == before
+    nxt = LocalContext(0, batch_id=2, app_id="app", task_attempt_id=9_000_030)
+    with TaskState(nxt, component="c", namespace=namespace, sidecar=side.target) as s:
+        assert dict(s) == finished
+    assert asyncio.run(rescale())[-1] == "done"

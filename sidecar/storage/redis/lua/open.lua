@@ -51,18 +51,19 @@
 -- alive. A component that used event time (meta time) refuses a claim without one (TSTIME).
 -- Errors: TSAHEAD <last>, TSPARTS <recorded>, TSRESCALING <id>,
 -- TSCORRUPT <what>, TSTIME, TSCODEC <stored codec>, TSFENCED <epoch>,
--- TSLOST data <batch> <size> | TSLOST meta <keys> | TSLOST behind <batch> <ver>, TSNEW.
+-- TSLOST data <batch> <size> | TSLOST meta <keys> | TSLOST behind <batch> <ver> |
+-- TSLOST stash <batch> <size>, TSNEW.
 -- An error writes nothing.
 local SUPERSEDED_MAX = 32
 local meta, data, undo, log, edits, ttl, ttl_undo, stash =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local foreign = not_hashes({data, undo, log, edits})  -- prelude.lua
+local foreign = not_hashes({data, undo, log, edits, stash})  -- prelude.lua
 if foreign then return foreign end
 local m = redis.call('HMGET', meta, 'layout', 'epoch', 'batch', 'gen', 'ver', 'codec',
   'undo_batch', 'prev_batch', 'prev_pos', 'pos', 'undo_mode', 'undo_n', 'claim',
   'claim_batch', 'superseded', 'log_ver', 'log_n', 'size', 'size_ver', 'partitions',
   'rescale', 'edit_batch', 'now_batch', 'now_ms', 'time', 'undo_ttl', 'done_by', 'done_batch',
-  'stash_batch', 'stash_gen', 'stash_pos', 'stash_ttl')
+  'stash_batch', 'stash_gen', 'stash_pos', 'stash_ttl', 'stash_size')
 local has_data = redis.call('EXISTS', data) == 1
 if redis.call('EXISTS', meta) == 0 then
   if has_data then
@@ -136,8 +137,13 @@ if stash_b and has_batch and batch > stash_b then
   -- The first claim of a later batch finds a stash (see below): the late attempt that
   -- rolled a finished batch back never finished it (Spark killed it when the stage
   -- ended, having counted the other attempt). The finished batch is the state again.
+  local has_stash = redis.call('EXISTS', stash) == 1
+  if m[30] == m[4] and not has_stash and (tonumber(m[33] or '0') or 0) > 0 then
+    -- the copy of a finished batch with keys is gone (Redis lost it): nothing written
+    return redis.error_reply('TSLOST stash ' .. m[29] .. ' ' .. m[33])
+  end
   if m[30] == m[4] then  -- same generation: no rescale, import or seed came between
-    if redis.call('EXISTS', stash) == 1 then
+    if has_stash then
       redis.call('RENAME', stash, data)
     else
       redis.call('UNLINK', data)
@@ -159,7 +165,8 @@ if stash_b and has_batch and batch > stash_b then
   else
     redis.call('UNLINK', stash)
   end
-  redis.call('HDEL', meta, 'stash_batch', 'stash_gen', 'stash_pos', 'stash_ttl', 'stash_by')
+  redis.call('HDEL', meta, 'stash_batch', 'stash_gen', 'stash_pos', 'stash_ttl', 'stash_by',
+    'stash_size')
   stash_b = nil
 end
 local pos = m[10]
@@ -183,7 +190,8 @@ if has_batch and last == batch and last >= 0 then
     local spos = ''
     if m[10] then spos = '+' .. m[10] end
     redis.call('HSET', meta, 'stash_batch', ARGV[1], 'stash_gen', gen, 'stash_pos', spos,
-      'stash_ttl', redis.call('EXISTS', ttl) == 1 and '1' or '0', 'stash_by', m[27])
+      'stash_ttl', redis.call('EXISTS', ttl) == 1 and '1' or '0', 'stash_by', m[27],
+      'stash_size', string.format('%d', redis.call('HLEN', data)))
   end
   -- the log goes on only if it covered every version so far (log_ver = ver)
   local logged = m[16] and tonumber(m[16]) == ver
