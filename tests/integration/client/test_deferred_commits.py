@@ -326,6 +326,15 @@ def _finished_batch(side: SidecarProcess, barrier: Path, namespace: str) -> dict
     return {"g0": 2, **{f"g{i}": 1 for i in range(1, 20)}}
 
 
+def _late_attempt_killed(side: SidecarProcess, barrier: Path, namespace: str) -> dict[str, int]:
+    """`_finished_batch`, then attempt 12 replays batch 1 and is killed after 1 of 5 groups."""
+    finished = _finished_batch(side, barrier, namespace)
+    late = LocalContext(0, batch_id=1, app_id="app", task_attempt_id=9_000_012)
+    groups(late, side.target, namespace, 5)
+    assert ask(barrier, f"DISCARD {late.taskAttemptId()}") == "OK 0"
+    return finished
+
+
 @pytest.mark.parametrize("late_attempt", ["killed", "finished"])
 def test_a_late_attempt_that_replays_a_finished_batch_never_leaves_half_of_it(
     barrier_sidecar: tuple[SidecarProcess, Path],
@@ -402,10 +411,7 @@ def test_a_finished_batch_kept_aside_and_lost_is_refused_not_emptied(
 ) -> None:
     """Redis lost the copy of the finished batch: the next batch refuses, writes nothing."""
     side, barrier = barrier_sidecar
-    _finished_batch(side, barrier, namespace)
-    late = LocalContext(0, batch_id=1, app_id="app", task_attempt_id=9_000_012)
-    groups(late, side.target, namespace, 5)
-    assert ask(barrier, f"DISCARD {late.taskAttemptId()}") == "OK 0"
+    _late_attempt_killed(side, barrier, namespace)
     c = redis_server.client()
     assert c.delete(stash_key(TaskKey(namespace, "c", 0))) == 1  # evicted, say
     before = snapshot(redis_server, namespace)
@@ -421,10 +427,7 @@ def test_a_rescale_waits_for_the_batch_that_restores_a_finished_batch_kept_aside
 ) -> None:
     """A rescale would copy the late attempt's half batch: refused until the next batch."""
     side, barrier = barrier_sidecar
-    finished = _finished_batch(side, barrier, namespace)
-    late = LocalContext(0, batch_id=1, app_id="app", task_attempt_id=9_000_012)
-    groups(late, side.target, namespace, 5)
-    assert ask(barrier, f"DISCARD {late.taskAttemptId()}") == "OK 0"
+    finished = _late_attempt_killed(side, barrier, namespace)
     before = snapshot(redis_server, namespace)
 
     async def rescale() -> list[str]:
