@@ -61,3 +61,13 @@ def attempt_problem(value: str) -> str | None:
             "at most 128; N: the task attempt id)"
         )
     return None
+
+
+def split_attempt(value: str) -> tuple[str, int] | None:
+    """(SCOPE, N) of a task attempt id naming Spark's (non-negative) attempt N, else None.
+
+    As the sidecar's scripts read it (lua/open.lua: `^(.*):(%d+)$`): attempts of one
+    application share SCOPE, and N grows with each launch.
+    """
+    scope, _, n = value.rpartition(":")
+    return (scope, int(n)) if scope and n.isdigit() else None

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from taskstate.proto import taskstate_pb2 as pb
+from taskstate.proto.ids import split_attempt
 
 from . import metrics
 from .storage.values import TaskKey
@@ -84,10 +85,10 @@ class FlushCoordinator:
 
     def opened(self, task: TaskKey, batch: int | None, attempt_id: str) -> None:
         """A Spark task's Open at `batch` (streaming) named attempt `attempt_id` (SCOPE:N)."""
-        scope, _, n = attempt_id.rpartition(":")
-        if batch is None or not scope or not n.isdigit():
+        named = split_attempt(attempt_id)
+        if batch is None or named is None:
             return
-        self._opened.setdefault(int(n), {})[task] = (batch, attempt_id)
+        self._opened.setdefault(named[1], {})[task] = (batch, attempt_id)
         while len(self._opened) > OPENED_MAX:  # an attempt whose end never came
             oldest = next(iter(self._opened))
             del self._opened[oldest]

@@ -11,6 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 
 from taskstate.proto import envelope
+from taskstate.proto.ids import split_attempt
 from taskstate.proto.versions import token
 
 from ..values import LOG_FRACTION, LOG_MIN
@@ -75,16 +76,14 @@ class _Task:
 
 def launched_before(attempt: str, claim: str | None) -> bool:
     """Spark launched `attempt` before `claim` (both SCOPE:N of one application), as open.lua."""
-    scope, _, n = attempt.rpartition(":")
-    cscope, _, cn = (claim or "").rpartition(":")
-    return bool(scope) and scope == cscope and n.isdigit() and cn.isdigit() and int(n) < int(cn)
+    a, c = split_attempt(attempt), split_attempt(claim or "")
+    return a is not None and c is not None and a[0] == c[0] and a[1] < c[1]
 
 
 def same_application(attempt: str, other: str) -> bool:
     """Two attempt ids (SCOPE:N) of one application, as open.lua tells them."""
-    scope, _, n = attempt.rpartition(":")
-    oscope, _, on = other.rpartition(":")
-    return bool(scope) and scope == oscope and n.isdigit() and on.isdigit()
+    a, o = split_attempt(attempt), split_attempt(other)
+    return a is not None and o is not None and a[0] == o[0]
 
 
 def _restore_stash(t: _Task) -> None:

@@ -14,7 +14,6 @@ if m[1] ~= ARGV[2] or m[2] ~= ARGV[1] then return 0 end
 redis.call('HSET', meta, 'done_batch', ARGV[1], 'done_by', ARGV[2])
 if m[3] then
   redis.call('UNLINK', stash)
-  redis.call('HDEL', meta, 'stash_batch', 'stash_gen', 'stash_pos', 'stash_ttl', 'stash_by',
-    'stash_size')
+  redis.call('HDEL', meta, unpack(STASH_FIELDS))  -- prelude.lua
 end
 return 1

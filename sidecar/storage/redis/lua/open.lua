@@ -165,8 +165,7 @@ if stash_b and has_batch and batch > stash_b then
   else
     redis.call('UNLINK', stash)
   end
-  redis.call('HDEL', meta, 'stash_batch', 'stash_gen', 'stash_pos', 'stash_ttl', 'stash_by',
-    'stash_size')
+  redis.call('HDEL', meta, unpack(STASH_FIELDS))  -- prelude.lua
   stash_b = nil
 end
 local pos = m[10]

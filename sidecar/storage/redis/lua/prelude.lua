@@ -140,3 +140,8 @@ local function take_expired(ttl, data, now)
   end
   return gone, old
 end
+
+-- STASH_FIELDS: the meta fields that describe a finished batch kept aside (open.lua's
+-- stash); open.lua and done.lua drop them with the stash.
+local STASH_FIELDS = {'stash_batch', 'stash_gen', 'stash_pos', 'stash_ttl', 'stash_by',
+  'stash_size'}
