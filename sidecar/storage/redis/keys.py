@@ -17,11 +17,12 @@ in one Redis Cluster slot and one script can touch all its keys:
                          namespace whose index is empty is still known (same slot);
                          and per component `partitions/<comp>` (its partition count)
                          and `rescale/<comp>` (a `taskstate rescale` under way, JSON)
-- `ts:{ns/comp/p}:ttl`    sorted set: key -> expiry (epoch ms) of the keys written with a
-                         time to live (a value's envelope, taskstate/proto/envelope.py),
-                         kept by the scripts that write; `:ttl_undo` the index before the
-                         batch beside a copy-mode rollback record, as sidecars before
-                         2026-11-25 kept it (a rollback now rebuilds the index instead)
+- `ts:{ns/comp/p}:ttl`    sorted set: key -> its expiry (epoch ms) or an earlier time, of
+                         the keys written with a time to live (a value's envelope,
+                         taskstate/proto/envelope.py), kept by the scripts that write;
+                         `:ttl_undo` the index before the batch beside a copy-mode
+                         rollback record, as sidecars before 2026-11-25 kept it (a
+                         rollback now rebuilds the index instead)
 - `ts:{ns/comp/p}:stash`  hash: a batch another attempt finished, as it was when a late
                          attempt of the same application rolled it back (lua/open.lua):
                          made the state again at the next batch if the late attempt
@@ -116,7 +117,8 @@ def task_keys(task: TaskKey) -> tuple[str, str, str, str]:
 def ttl_keys(task: TaskKey) -> tuple[str, str]:
     """(ttl, ttl_undo): the task's expiry index, and an older sidecar's copy of it.
 
-    The index maps the keys written with a time to live to their expiry (epoch ms). The
+    The index maps the keys written with a time to live to their expiry (epoch ms) or an
+    earlier time (a key written again keeps its earlier entry: prelude.lua ttl_sync). The
     second sat beside a copy-mode rollback record; a rollback now rebuilds the index from
     the restored data (open.lua), and renames a copy back only when an older sidecar made
     one.

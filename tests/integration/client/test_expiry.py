@@ -45,7 +45,7 @@ def stored(redis: RedisServer, ns: str) -> dict[str, tuple[int | None, int, Any]
 
 
 def index(redis: RedisServer, ns: str) -> dict[str, int]:
-    """The task's expiry index: key -> expiry."""
+    """The task's expiry index: key -> its expiry, or an earlier time."""
     zset = redis.client().zrange(task_key(ns, "c", 0, "ttl"), 0, -1, withscores=True)
     return {k.decode(): int(score) for k, score in zset}
 
@@ -77,6 +77,34 @@ def test_keys_expire_in_processing_time_and_a_write_restarts_their_clock(
     with ts(sidecar, ns, 2, ttl=1.0) as s:
         assert "a" not in s and s["d"] == [5] and s["b"] == 2  # d's clock restarted at batch 1
     assert index(redis_server, ns) == {"d": now1 + 1000}
+
+
+def test_a_rewrite_keeps_an_earlier_index_entry_which_moves_when_it_comes_due(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
+) -> None:
+    # The index holds, for each key, its expiry or an earlier time (prelude.lua ttl_sync:
+    # a key rewritten before it expires does not move in the sorted set at every write).
+    # An entry that comes due early is moved to the value's expiry and the key stays; a
+    # rewrite with an earlier expiry must lower the entry, or the key would outlive it.
+    ns = namespace
+    with ts(sidecar, ns, 0, ttl=0.3) as s:
+        s["a"] = 1
+        s.set("b", 2, ttl=100.0)
+        now0 = s.info.now_ms
+    assert index(redis_server, ns) == {"a": now0 + 300, "b": now0 + 100_000}
+    with ts(sidecar, ns, 1, ttl=100.0) as s:
+        assert s.info.expired == 0
+        s["a"] = 10  # a later expiry: the entry stays where it was
+        s.set("b", 20, ttl=0.3)  # an earlier one: the entry moves down to it
+        now1 = s.info.now_ms
+    assert stored(redis_server, ns) == {"a": (now1 + 100_000, 1, 10), "b": (now1 + 300, 1, 20)}
+    assert index(redis_server, ns) == {"a": now0 + 300, "b": now1 + 300}
+    time.sleep(max(0.0, (now1 + 400) / 1000 - time.time()))
+    _cache.sessions.clear()
+    with ts(sidecar, ns, 2, ttl=100.0) as s:
+        assert s.info.expired == 1  # b; a's entry came due early and moved
+        assert dict(s) == {"a": 10}
+    assert index(redis_server, ns) == {"a": now1 + 100_000}
 
 
 def test_the_index_holds_each_keys_own_expiry_when_a_block_mixes_them(
@@ -184,9 +212,10 @@ def test_a_replay_restores_the_index_of_keys_a_batch_deleted_before_it_rewrote_t
 def test_an_index_entry_the_value_does_not_agree_with_is_set_right_not_expired(
     redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
 ) -> None:
-    # An index entry due before the value's own expiry (written by another writer, or
-    # left by a crash between tools): the claim reads the value, keeps the key and puts
-    # the entry at the value's expiry (prelude.lua take_expired).
+    # An index entry due before the value's own expiry (as a key written again keeps, or
+    # as another writer may leave): the claim reads the value, keeps the key and puts
+    # the entry at the value's expiry (prelude.lua take_expired); an entry of a value
+    # without an expiry leaves the index.
     ns = namespace
     with ts(sidecar, ns, 0, ttl=100.0) as s:
         s["a"] = 1

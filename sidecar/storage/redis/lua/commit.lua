@@ -1,7 +1,7 @@
 -- Commit(task, epoch, batch, upserts, deletes, position): one atomic change set.
--- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 ttl (the expiry index: key -> expiry, kept from
---       the values' envelopes, prelude.lua), 6 ttl_undo (an older sidecar's copy of the
---       index in copy mode: removed)
+-- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 ttl (the expiry index: key -> its expiry or an
+--       earlier time, kept from the values' envelopes, prelude.lua ttl_sync), 6 ttl_undo
+--       (an older sidecar's copy of the index in copy mode: removed)
 -- ARGV: 1 epoch, 2 batch ('' for batch jobs), 3 position ('+' .. bytes, or '' for none),
 --       4 now, 5 writer, 6 the change set's keys (upserted, then deleted) as one msgpack
 --       array (the change log's entry), 7 the upserts: a msgpack array [key1, value1, key2,
@@ -83,8 +83,8 @@ if has_batch then
       redis.call('UNLINK', undo)  -- freed off the main thread
     end
     redis.call('UNLINK', ttl_undo)  -- a copy of the index, as older sidecars made
-    -- copy mode does not copy the expiry index: it is a function of the data, and a
-    -- rollback rebuilds it from the copy when one existed (undo_ttl, open.lua)
+    -- copy mode does not copy the expiry index: a rollback rebuilds it from the copy's
+    -- values (exact entries: a valid index) when one existed (undo_ttl, open.lua)
     redis.call('HSET', meta, 'undo_batch', ARGV[2], 'prev_batch', m[2] or '-1',
       'prev_pos', prev_pos, 'batch', ARGV[2], 'undo_mode', mode, 'undo_n', '0',
       'undo_ttl', (mode == 'copy' and has_ttl) and '1' or '0')

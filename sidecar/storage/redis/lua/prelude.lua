@@ -52,10 +52,18 @@ local function expiry_digits(v)
   return nil
 end
 
--- ttl_sync(ttl, kv, i, stop, known): keep a task's expiry index (a sorted set: key ->
--- expiry) true for the key/value pairs kv[i..stop] just written ('' as a value: the key
--- is gone). Keys with an expiry join the index at it; the others leave it (`known`: the
+-- ttl_sync(ttl, kv, i, stop, known): keep a task's expiry index true for the key/value
+-- pairs kv[i..stop] just written ('' as a value: the key is gone). The index is a sorted
+-- set of key -> a time at or before the key's expiry: keys with an expiry join it at
+-- their expiry or keep an earlier entry (ZADD LT), the others leave it (`known`: the
 -- index exists, so there may be something to remove). Returns whether it added any.
+-- Why a bound and not the expiry itself: a key rewritten before it expires (most keys of
+-- a running job, every batch) would otherwise move in the sorted set at every write
+-- (ZADD of 10,000 members that all move: 4.6 ms of a 10,000-key commit; with LT an
+-- entry that stays costs a lookup). The claim at which an early entry comes due reads
+-- the value, keeps the key and moves the entry to the value's expiry (take_expired):
+-- one move per key and time to live instead of one per write, and no key stays stored
+-- past its expiry for want of an entry.
 local function ttl_sync(ttl, kv, i, stop, known)
   local add, rem, na, nr = {}, {}, 0, 0  -- counts kept: `#t` searches the table each time
   local byte, find = string.byte, string.find
@@ -79,7 +87,7 @@ local function ttl_sync(ttl, kv, i, stop, known)
       rem[nr] = kv[j]
     end
   end
-  if na > 0 then redis.call('ZADD', ttl, unpack(add, 1, na)) end
+  if na > 0 then redis.call('ZADD', ttl, 'LT', unpack(add, 1, na)) end
   if nr > 0 then redis.call('ZREM', ttl, unpack(rem, 1, nr)) end
   return na > 0
 end
@@ -113,7 +121,9 @@ end
 
 -- take_expired(ttl, data, now): the keys whose value expires at or before `now`, and a
 -- flat list of them with their values (key, value, ...), taken out of the expiry index;
--- an index entry the value no longer agrees with is set right. Deletes nothing from data.
+-- an entry due before its value's expiry (the key was written again since: ttl_sync) is
+-- moved to that expiry, and an entry of a value without one leaves. Deletes nothing from
+-- data.
 local function take_expired(ttl, data, now)
   local gone, old, ng, no = {}, {}, 0, 0  -- counts kept, not `#t` at every append
   local due = redis.call('ZRANGEBYSCORE', ttl, '-inf', now)
