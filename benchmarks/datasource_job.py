@@ -5,7 +5,9 @@
 For each size it writes KEYS keys (100-byte JSON values) to component `s<KEYS>` of
 NAMESPACE with the data source (4 tasks, overwrite), then reads them back whole, timing
 each action (the read three times: the median) and sampling the peak RSS of Spark's Python
-workers during the reads. The
+workers during the reads. It also times the same query on a Python data source that
+yields three constant rows per partition (`floor_s`, the median of five): what any Python
+data source of 4 partitions costs in Spark here, before a row of state is read. The
 report (JSON) goes to FILE; the parent checks the state it left and times the baselines.
 """
 
@@ -73,6 +75,43 @@ class PeakRss:
         self._thread.join()
 
 
+def _spark_floor(spark: Any, times: int = 5) -> float:
+    """The read's query on a Python data source of 4 partitions of 3 constant rows."""
+    import pyarrow as pa
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    class ConstantReader(DataSourceReader):
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(i) for i in range(TASKS)]
+
+        def read(self, partition: InputPartition) -> Any:
+            n = 3
+            yield pa.RecordBatch.from_pydict({
+                "partition": pa.array([partition.value] * n, pa.int32()),
+                "key": ["a", "b", "c"], "value": ['"1"', '"2"', '"3"'],
+            })  # fmt: skip
+
+    class Constant(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "taskstate_bench_constant"
+
+        def schema(self) -> str:
+            return "partition int, key string, value string"
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return ConstantReader()
+
+    spark.dataSource.register(Constant)
+    df = spark.read.format(Constant.name()).load()
+    took = []
+    for _ in range(times + 1):  # the first warms up
+        t0 = time.perf_counter()
+        df.selectExpr("count(*)", "sum(octet_length(value))").collect()
+        took.append(time.perf_counter() - t0)
+    return statistics.median(took[1:])
+
+
 def main() -> None:
     """Write then read each size; the timings and peaks as JSON."""
     p = argparse.ArgumentParser()
@@ -95,7 +134,7 @@ def main() -> None:
     spark.sparkContext.setLogLevel("ERROR")
     configure(spark, namespace=a.namespace, sidecar=a.sidecar)
     spark.range(10).count()  # the JVM and the Python workers warm up first
-    report: dict[str, Any] = {}
+    report: dict[str, Any] = {"floor_s": _spark_floor(spark)}
     for keys in a.keys:
         comp = f"s{keys}"
         df = spark.range(keys, numPartitions=TASKS).selectExpr(
