@@ -28,7 +28,7 @@ from ..values import (
 )
 from . import meta
 from .connect import RedisSettings, redact
-from .keys import edits_key, every_key, task_keys, ttl_keys
+from .keys import edits_key, every_key, stash_key, task_keys, ttl_keys
 from .reads import Reader
 from .records import NamespaceRecords
 from .replies import text
@@ -145,7 +145,7 @@ class RedisAdmin:
         partitions: int | None = None,
     ) -> tuple[int, int]:
         """Create or extend a task from exported state; see base.AdminStore.import_task."""
-        keys = (*task_keys(task), ttl_keys(task)[0])
+        keys = (*task_keys(task), ttl_keys(task)[0], stash_key(task))
         mode = "append" if append_epoch is not None else "replace" if replace else "create"
         if append_epoch is None:
             partitions = await self._import_count(task, partitions)

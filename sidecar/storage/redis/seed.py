@@ -52,6 +52,7 @@ from .keys import (
     every_key,
     seed_key,
     seed_keys,
+    stash_key,
     task_keys,
     ttl_keys,
 )
@@ -272,7 +273,8 @@ class Seeder:
             task = TaskKey(namespace, component, t)
             stage = seed_keys(task, plan.id)[0]
             r = await self._script(
-                "seed_publish", task, (*task_keys(task), stage, edits_key(task), *ttl_keys(task)),
+                "seed_publish", task,
+                (*task_keys(task), stage, edits_key(task), *ttl_keys(task), stash_key(task)),
                 lock=plan.lock, partitions=str(plan.to), batch=str(plan.batch), new_gen=gen,
                 now=now(), codec="json", mode=mode,
             )  # fmt: skip

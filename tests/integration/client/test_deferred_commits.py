@@ -18,16 +18,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pytest
 
 from taskstate.client import LocalContext, TaskState
 from taskstate.client._buffer import buffer
 from taskstate.client._errors import StateLostError, StorageUnavailableError
 from taskstate.client._transport import GrpcTransport
+from taskstate.client.admin import AdminClient
 from taskstate.proto import codes
+from taskstate.proto import taskstate_pb2 as pb
 from taskstate.sidecar.errors import SidecarError
 from taskstate.sidecar.storage.redis.backend import RedisBackend
-from taskstate.sidecar.storage.redis.keys import stash_key
+from taskstate.sidecar.storage.redis.keys import stash_key, task_key
 from taskstate.sidecar.storage.values import TaskKey
 from taskstate.testing import RedisServer, SidecarProcess
 
@@ -447,3 +450,52 @@ def test_a_rescale_waits_for_the_batch_that_restores_a_finished_batch_kept_aside
     with TaskState(nxt, component="c", namespace=namespace, sidecar=side.target) as s:
         assert dict(s) == finished
     assert asyncio.run(rescale())[-1] == "done"
+
+
+@pytest.mark.parametrize("replaced_by", ["import --replace", "data source overwrite"])
+def test_a_task_replaced_while_a_finished_batch_waits_aside_drops_the_copy(
+    barrier_sidecar: tuple[SidecarProcess, Path],
+    redis_server: RedisServer,
+    namespace: str,
+    replaced_by: str,
+) -> None:
+    """The copy belongs to the generation an import or an overwriting write ends: it goes
+    with it (its key used to stay until the next copy or `taskstate drop`), and the next
+    batch goes on from what was written, not from the copy."""
+    side, barrier = barrier_sidecar
+    _late_attempt_killed(side, barrier, namespace)
+    c = redis_server.client()
+    stash = stash_key(TaskKey(namespace, "c", 0))
+    assert c.exists(stash)
+    if replaced_by == "import --replace":
+
+        async def replace() -> None:
+            backend = RedisBackend(redis_server.url)
+            try:
+                await backend.admin.import_task(
+                    TaskKey(namespace, "c", 0), [("k", b"1")], committed_batch=5,
+                    position=None, codec="json", replace=True, append_epoch=None,
+                )  # fmt: skip
+            finally:
+                await backend.close()
+
+        asyncio.run(replace())
+    else:
+        with AdminClient(side.target) as admin:
+            begin = pb.SeedBeginRequest(namespace=namespace, component="c", partitions=1,
+                                        key_type="string", overwrite=True, quiet_seconds=0,
+                                        batch=5)  # fmt: skip
+            seed = admin.seed_begin(begin).seed_id
+            admin.seed_stage(pb.SeedStageRequest(
+                namespace=namespace, component="c", seed_id=seed, source=0, attempt=0,
+                packed=msgpack.packb(["k", "1"]),
+            ))  # fmt: skip
+            admin.seed_commit(pb.SeedCommitRequest(
+                namespace=namespace, component="c", seed_id=seed,
+                sources=[pb.SeedSource(source=0, attempt=0)],
+            ))  # fmt: skip
+    assert not c.exists(stash)
+    assert not any(f.startswith(b"stash_") for f in c.hkeys(task_key(namespace, "c", 0, "meta")))
+    nxt = LocalContext(0, batch_id=6, app_id="app", task_attempt_id=9_000_040)
+    with TaskState(nxt, component="c", namespace=namespace, sidecar=side.target) as s:
+        assert dict(s) == {"k": 1}

@@ -1,6 +1,7 @@
 -- Import(task, entries): create a task from exported state (`taskstate import`), or add
 -- entries to one being imported.
--- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 ttl (the expiry index, kept from the values)
+-- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 ttl (the expiry index, kept from the values),
+--       6 stash (a finished batch kept aside, open.lua: dropped with the task it belonged to)
 -- ARGV: 1 mode ('create' | 'replace' | 'append'), 2 epoch (append), 3 committed batch,
 --       4 position ('+' .. bytes, or '' for none), 5 codec, 6 generation id, 7 now,
 --       8 the partition count to record ('' none; the sidecar checked it against the
@@ -13,7 +14,7 @@
 -- copy restores in full), and an appended piece bumps ver without log_ver, so the next
 -- commit starts the log afresh (commit.lua).
 -- Returns {epoch, size}. Errors: TSEXISTS, TSFENCED <epoch>. An error writes nothing.
-local meta, data, undo, log, ttl = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local meta, data, undo, log, ttl, stash = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local mode = ARGV[1]
 local epoch
 if mode == 'append' then
@@ -29,7 +30,7 @@ else
     return redis.error_reply('TSEXISTS')
   end
   epoch = (tonumber(redis.call('HGET', meta, 'epoch') or '0') or 0) + 1
-  redis.call('UNLINK', data, undo, meta, log, ttl)
+  redis.call('UNLINK', data, undo, meta, log, ttl, stash)
   redis.call('HSET', meta, 'layout', '1', 'epoch', string.format('%d', epoch),
     'batch', ARGV[3], 'gen', ARGV[6], 'ver', '1', 'codec', ARGV[5], 'updated_at', ARGV[7],
     'last_writer', 'taskstate import')
