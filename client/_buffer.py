@@ -42,17 +42,20 @@ Order = pb.AttachOrder
 
 
 def worker_outlives_its_runner(ctx: object) -> bool:
-    """Whether held changes can wait in this process until the task's end.
+    """Whether held changes can wait in this process until the plugin flushes the task.
 
     Not in a PySpark worker that exits as soon as its runner ends
     (`spark.python.worker.reuse=false`: Spark then leaves SPARK_REUSE_WORKER out of the
     worker's environment): the changes would die with it before the plugin's flush, and
     every such task would fail-stop its executor. A block with a PySpark TaskContext runs
-    in a worker; outside PySpark (a LocalContext) the process lives on. (The environment
-    alone cannot tell: a driver's SparkContext sets SPARK_BUFFER_SIZE in its own process.)
+    in a worker. Outside PySpark (a LocalContext) the process lives on, but no Spark task
+    ends to be flushed: only a LocalContext made with `plugin_flush=True`, whose FLUSH
+    its maker sends (tests of the flush), holds changes. (The environment alone cannot
+    tell a worker: a driver's SparkContext sets SPARK_BUFFER_SIZE in its own process.)
     """
-    in_pyspark_worker = type(ctx).__module__.startswith("pyspark")
-    return not in_pyspark_worker or bool(os.environ.get("SPARK_REUSE_WORKER"))
+    if not type(ctx).__module__.startswith("pyspark"):
+        return bool(getattr(ctx, "plugin_flush", False))
+    return bool(os.environ.get("SPARK_REUSE_WORKER"))
 
 
 @dataclass

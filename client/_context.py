@@ -68,6 +68,11 @@ class LocalContext:
         app_id: the application the attempt belongs to (`spark.app.id`); unique per
             LocalContext by default.
         task_attempt_id: Spark's task attempt id (unique within the application).
+        plugin_flush: whether something plays the executor plugin's part for this attempt
+            and sends the sidecar its FLUSH when the attempt ends (tests of the flush do).
+            By default a LocalContext's blocks always commit at their exit, also beside a
+            sidecar of the plugin: nothing would flush changes held for a LocalContext,
+            and they would be lost with its process.
     """
 
     partition_id: int
@@ -76,6 +81,7 @@ class LocalContext:
     properties: dict[str, str] = field(default_factory=dict)
     app_id: str = field(default_factory=lambda: f"local-{uuid.uuid4().hex[:16]}")
     task_attempt_id: int = field(default_factory=lambda: next(_local_attempts))
+    plugin_flush: bool = False
 
     def partitionId(self) -> int:  # noqa: N802 - TaskContext's name
         """The partition id."""

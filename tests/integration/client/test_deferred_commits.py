@@ -38,6 +38,11 @@ from ..attempt_worker import worker_pool
 from ..conftest import snapshot, stored
 
 
+def plugin_ctx(partition: int, **kw: Any) -> LocalContext:
+    """An attempt whose FLUSH this module sends, playing the executor plugin's part."""
+    return LocalContext(partition, plugin_flush=True, **kw)
+
+
 @pytest.fixture(scope="module")
 def barrier_sidecar(
     redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
@@ -76,12 +81,27 @@ def groups(ctx: LocalContext, target: str, namespace: str, n: int, start: int = 
             s[f"g{i}"] = (s.get(f"g{i}") or 0) + 1
 
 
+def test_a_local_context_beside_the_plugins_sidecar_commits_every_block(
+    barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
+) -> None:
+    """A script or notebook on the driver of a local-mode application that loaded the
+    plugin meets the plugin's sidecar: no Spark task of its LocalContext ever ends, so
+    nothing would send its FLUSH. Its blocks used to be held all the same after the first,
+    and were lost with the process; each now commits at its exit."""
+    side, barrier = barrier_sidecar
+    ctx = LocalContext(0, batch_id=1)
+    groups(ctx, side.target, namespace, 5)
+    assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(5)}
+    assert not buffer.holds(ctx.taskAttemptId())
+    assert side.metrics().get("taskstate_deferred_attempts", 0) == 0
+
+
 def test_group_blocks_are_committed_once_at_the_flush(
     barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
 ) -> None:
     side, barrier = barrier_sidecar
     before = side.metrics()
-    ctx = LocalContext(0, batch_id=1)
+    ctx = plugin_ctx(0, batch_id=1)
     groups(ctx, side.target, namespace, 500)
     # the first block committed at its exit; the 499 others are held in this process
     assert stored(redis_server, namespace, int) == {"g0": 1}
@@ -90,7 +110,7 @@ def test_group_blocks_are_committed_once_at_the_flush(
     assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(500)}
     assert not buffer.holds(ctx.taskAttemptId())
     # the next batch's attempt reads what was flushed, and defers again
-    ctx2 = LocalContext(0, batch_id=2)
+    ctx2 = plugin_ctx(0, batch_id=2)
     groups(ctx2, side.target, namespace, 500)
     assert ask(barrier, f"FLUSH {ctx2.taskAttemptId()}") == "OK 499"
     assert stored(redis_server, namespace, int) == {f"g{i}": 2 for i in range(500)}
@@ -107,7 +127,7 @@ def test_a_flush_of_an_attempt_that_deferred_nothing_answers_at_once(
     barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
 ) -> None:
     side, barrier = barrier_sidecar
-    ctx = LocalContext(0, batch_id=1)
+    ctx = plugin_ctx(0, batch_id=1)
     groups(ctx, side.target, namespace, 1)  # one block: committed at its exit, as mapInPandas
     assert not buffer.holds(ctx.taskAttemptId())
     assert ask(barrier, f"FLUSH {ctx.taskAttemptId()}") == "OK 0"
@@ -120,7 +140,7 @@ def test_two_workers_of_one_attempt_are_flushed_together(
     barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
 ) -> None:
     side, barrier = barrier_sidecar
-    ctx = LocalContext(0, batch_id=1)
+    ctx = plugin_ctx(0, batch_id=1)
     with worker_pool(side.target, namespace, 2) as (w1, w2):
         assert w1.call("groups", ctx, {f"g{i}": 1 for i in range(0, 300)})
         assert w2.call("groups", ctx, {f"g{i}": 1 for i in range(300, 600)})
@@ -134,10 +154,10 @@ def test_a_worker_killed_before_the_flush_fails_it_and_the_retry_counts_once(
     barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
 ) -> None:
     side, barrier = barrier_sidecar
-    first = LocalContext(0, batch_id=1)
+    first = plugin_ctx(0, batch_id=1)
     groups(first, side.target, namespace, 100)
     assert ask(barrier, f"FLUSH {first.taskAttemptId()}") == "OK 99"
-    ctx = LocalContext(0, batch_id=2)
+    ctx = plugin_ctx(0, batch_id=2)
     with worker_pool(side.target, namespace, 2) as (w1, w2):
         assert w1.call("groups", ctx, {f"g{i}": 1 for i in range(100)})
         attached = side.metrics()['taskstate_requests_in_flight{method="Attach"}']
@@ -160,7 +180,7 @@ def test_a_worker_killed_before_the_flush_fails_it_and_the_retry_counts_once(
         }
         # the plugin stopped the executor; Spark runs the task again: the retry rolls
         # batch 2 back and counts every group once
-        retry = LocalContext(0, batch_id=2, attempt=1)
+        retry = plugin_ctx(0, batch_id=2, attempt=1)
         assert w2.call("groups", retry, {f"g{i}": 1 for i in range(100)})
         assert ask(barrier, f"FLUSH {retry.taskAttemptId()}") == "OK 99"
     assert stored(redis_server, namespace, int) == {f"g{i}": 2 for i in range(100)}
@@ -172,7 +192,7 @@ def test_a_discarded_attempt_leaves_nothing_and_no_copy_behind(
     barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
 ) -> None:
     side, barrier = barrier_sidecar
-    ctx = LocalContext(0, batch_id=1)
+    ctx = plugin_ctx(0, batch_id=1)
     groups(ctx, side.target, namespace, 50)
     assert ask(barrier, f"DISCARD {ctx.taskAttemptId()}") == "OK 0"
     deadline = time.monotonic() + 10
@@ -182,7 +202,7 @@ def test_a_discarded_attempt_leaves_nothing_and_no_copy_behind(
     assert ask(barrier, f"FLUSH {ctx.taskAttemptId()}") == "OK 0"
     assert stored(redis_server, namespace, int) == {"g0": 1}
     # the retry in this same process must not take the discarded groups for committed
-    retry = LocalContext(0, batch_id=1, attempt=1)
+    retry = plugin_ctx(0, batch_id=1, attempt=1)
     with TaskState(retry, component="c", namespace=namespace, sidecar=side.target) as s:
         assert dict(s) == {}  # batch 1 rolled back: g0's commit too
     groups(retry, side.target, namespace, 50)
@@ -194,10 +214,10 @@ def test_a_zombie_attempts_flush_is_fenced(
     barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
 ) -> None:
     side, barrier = barrier_sidecar
-    zombie = LocalContext(0, batch_id=1)
+    zombie = plugin_ctx(0, batch_id=1)
     with worker_pool(side.target, namespace, 2) as (w1, w2):
         assert w1.call("groups", zombie, {f"g{i}": 1 for i in range(20)})
-        newer = LocalContext(0, batch_id=1, attempt=1)
+        newer = plugin_ctx(0, batch_id=1, attempt=1)
         assert w2.call("groups", newer, {f"g{i}": 5 for i in range(20)})
         answer = ask(barrier, f"FLUSH {zombie.taskAttemptId()}")
         assert answer.startswith("FAIL ") and "FENCED" in answer
@@ -209,7 +229,7 @@ def test_redis_unavailable_during_the_flush_fails_it(
     barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
 ) -> None:
     side, barrier = barrier_sidecar
-    ctx = LocalContext(0, batch_id=1)
+    ctx = plugin_ctx(0, batch_id=1)
     groups(ctx, side.target, namespace, 30)
     # Redis busy for 4 s: longer than the sidecar's --redis-deadline (1 s)
     sleeper = threading.Thread(
@@ -225,7 +245,7 @@ def test_redis_unavailable_during_the_flush_fails_it(
     # a write that timed out may still have been applied when Redis woke: all or nothing
     assert stored(redis_server, namespace, int) in ({"g0": 1}, {f"g{i}": 1 for i in range(30)})
     # the executor stops; the retry elsewhere counts every group once
-    retry = LocalContext(0, batch_id=1, attempt=1)
+    retry = plugin_ctx(0, batch_id=1, attempt=1)
     with worker_pool(side.target, namespace, 1) as (w,):
         assert w.call("groups", retry, {f"g{i}": 1 for i in range(30)})
         assert ask(barrier, f"FLUSH {retry.taskAttemptId()}") == "OK 29"
@@ -235,7 +255,7 @@ def test_redis_unavailable_during_the_flush_fails_it(
 def test_without_a_barrier_every_group_block_commits_at_its_exit(
     sidecar: SidecarProcess, redis_server: RedisServer, namespace: str
 ) -> None:
-    ctx = LocalContext(0, batch_id=1)
+    ctx = plugin_ctx(0, batch_id=1)
     groups(ctx, sidecar.target, namespace, 40)
     assert not buffer.holds(ctx.taskAttemptId())
     assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(40)}
@@ -245,7 +265,7 @@ def test_a_failed_block_commits_what_its_attempt_held_first(
     barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
 ) -> None:
     side, barrier = barrier_sidecar
-    ctx = LocalContext(0, batch_id=1)
+    ctx = plugin_ctx(0, batch_id=1)
     groups(ctx, side.target, namespace, 10)
     with pytest.raises(ValueError, match="boom"):
         with TaskState(ctx, component="c", namespace=namespace, sidecar=side.target) as s:
@@ -267,7 +287,7 @@ def test_a_commit_inside_a_later_group_lands_after_what_earlier_groups_held(
     """`s.commit()` in a group while earlier groups' changes are held: the held older
     value is committed first, so it never overwrites the newer one at the flush."""
     side, barrier = barrier_sidecar
-    ctx = LocalContext(0, batch_id=1)
+    ctx = plugin_ctx(0, batch_id=1)
     groups(ctx, side.target, namespace, 1)  # the attempt's first block: committed
     with TaskState(ctx, component="c", namespace=namespace, sidecar=side.target) as s:
         s["k"] = 2  # held for the flush
@@ -278,7 +298,7 @@ def test_a_commit_inside_a_later_group_lands_after_what_earlier_groups_held(
         assert stored(redis_server, namespace, int) == {"g0": 1, "k": 3}
     assert ask(barrier, f"FLUSH {ctx.taskAttemptId()}") == "OK 0"
     assert stored(redis_server, namespace, int) == {"g0": 1, "k": 3}
-    ctx2 = LocalContext(0, batch_id=2)
+    ctx2 = plugin_ctx(0, batch_id=2)
     with TaskState(ctx2, component="c", namespace=namespace, sidecar=side.target) as s:
         assert s["k"] == 3  # the next batch, from this worker's copy: the same as Redis
 
@@ -293,7 +313,7 @@ def test_a_block_after_a_failed_held_commit_reads_what_its_attempt_held(
     error and goes on): the attempt's next block commits them before it reads Redis, so
     it neither misses them nor builds on values without them."""
     side, barrier = barrier_sidecar
-    ctx = LocalContext(0, batch_id=1)
+    ctx = plugin_ctx(0, batch_id=1)
     groups(ctx, side.target, namespace, 4)  # g0 committed at its exit, g1-g3 held
     real = GrpcTransport.commit
     failures = [2]  # the failed block's two tries at committing what was held
@@ -320,10 +340,10 @@ def test_a_block_after_a_failed_held_commit_reads_what_its_attempt_held(
 
 def _finished_batch(side: SidecarProcess, barrier: Path, namespace: str) -> dict[str, int]:
     """Batch 0 and then batch 1 (20 groups) finished by attempts of application "app"."""
-    base = LocalContext(0, batch_id=0, app_id="app", task_attempt_id=9_000_001)
+    base = plugin_ctx(0, batch_id=0, app_id="app", task_attempt_id=9_000_001)
     groups(base, side.target, namespace, 1)
     assert ask(barrier, f"FLUSH {base.taskAttemptId()}") == "OK 0"
-    first = LocalContext(0, batch_id=1, app_id="app", task_attempt_id=9_000_010)
+    first = plugin_ctx(0, batch_id=1, app_id="app", task_attempt_id=9_000_010)
     groups(first, side.target, namespace, 20)
     assert ask(barrier, f"FLUSH {first.taskAttemptId()}") == "OK 19"
     return {"g0": 2, **{f"g{i}": 1 for i in range(1, 20)}}
@@ -332,7 +352,7 @@ def _finished_batch(side: SidecarProcess, barrier: Path, namespace: str) -> dict
 def _late_attempt_killed(side: SidecarProcess, barrier: Path, namespace: str) -> dict[str, int]:
     """`_finished_batch`, then attempt 12 replays batch 1 and is killed after 1 of 5 groups."""
     finished = _finished_batch(side, barrier, namespace)
-    late = LocalContext(0, batch_id=1, app_id="app", task_attempt_id=9_000_012)
+    late = plugin_ctx(0, batch_id=1, app_id="app", task_attempt_id=9_000_012)
     groups(late, side.target, namespace, 5)
     assert ask(barrier, f"DISCARD {late.taskAttemptId()}") == "OK 0"
     return finished
@@ -357,7 +377,7 @@ def test_a_late_attempt_that_replays_a_finished_batch_never_leaves_half_of_it(
     side, barrier = barrier_sidecar
     finished = _finished_batch(side, barrier, namespace)
     assert stored(redis_server, namespace, int) == finished
-    late = LocalContext(0, batch_id=1, app_id="app", task_attempt_id=9_000_012)
+    late = plugin_ctx(0, batch_id=1, app_id="app", task_attempt_id=9_000_012)
     stash = redis_server.client().exists(stash_key(TaskKey(namespace, "c", 0)))
     if late_attempt == "killed":
         groups(late, side.target, namespace, 5)  # rolled back, then 1 group, 4 held
@@ -368,7 +388,7 @@ def test_a_late_attempt_that_replays_a_finished_batch_never_leaves_half_of_it(
         assert ask(barrier, f"FLUSH {late.taskAttemptId()}") == "OK 19"
         assert not redis_server.client().exists(stash_key(TaskKey(namespace, "c", 0)))
     assert not stash
-    nxt = LocalContext(0, batch_id=2, app_id="app", task_attempt_id=9_000_030)
+    nxt = plugin_ctx(0, batch_id=2, app_id="app", task_attempt_id=9_000_030)
     with TaskState(nxt, component="c", namespace=namespace, sidecar=side.target) as s:
         assert dict(s) == finished
     assert stored(redis_server, namespace, int) == finished
@@ -381,7 +401,7 @@ def test_a_replay_by_a_new_application_keeps_nothing_aside(
     """A restarted query replays batch 1 because Spark never counted it: no stash."""
     side, barrier = barrier_sidecar
     _finished_batch(side, barrier, namespace)
-    replay = LocalContext(0, batch_id=1, app_id="app-after", task_attempt_id=3)
+    replay = plugin_ctx(0, batch_id=1, app_id="app-after", task_attempt_id=3)
     with TaskState(replay, component="c", namespace=namespace, sidecar=side.target) as s:
         assert dict(s) == {"g0": 1}  # batch 1 rolled back
     assert not redis_server.client().exists(stash_key(TaskKey(namespace, "c", 0)))
@@ -397,10 +417,10 @@ def test_a_flush_after_another_attempt_took_the_batch_fails(
     (the plugin stops the executor), though it held nothing.
     """
     side, barrier = barrier_sidecar
-    original = LocalContext(0, batch_id=1, app_id="app", task_attempt_id=9_000_020)
+    original = plugin_ctx(0, batch_id=1, app_id="app", task_attempt_id=9_000_020)
     with TaskState(original, component="c", namespace=namespace, sidecar=side.target) as s:
         s["k"] = "original"
-    copy = LocalContext(0, batch_id=1, app_id="app", task_attempt_id=9_000_022)
+    copy = plugin_ctx(0, batch_id=1, app_id="app", task_attempt_id=9_000_022)
     with TaskState(copy, component="c", namespace=namespace, sidecar=side.target) as s:
         assert dict(s) == {}  # the original's block rolled back
     answer = ask(barrier, f"FLUSH {original.taskAttemptId()}")
@@ -418,7 +438,7 @@ def test_a_finished_batch_kept_aside_and_lost_is_refused_not_emptied(
     c = redis_server.client()
     assert c.delete(stash_key(TaskKey(namespace, "c", 0))) == 1  # evicted, say
     before = snapshot(redis_server, namespace)
-    nxt = LocalContext(0, batch_id=2, app_id="app", task_attempt_id=9_000_030)
+    nxt = plugin_ctx(0, batch_id=2, app_id="app", task_attempt_id=9_000_030)
     with pytest.raises(StateLostError) as lost:
         TaskState(nxt, component="c", namespace=namespace, sidecar=side.target).__enter__()
     assert "the copy of batch 1 (20 key(s))" in str(lost.value)
@@ -446,7 +466,7 @@ def test_a_rescale_waits_for_the_batch_that_restores_a_finished_batch_kept_aside
     assert f"task {namespace}/c/0: batch 1 was finished" in str(refused.value)
     assert "Run the query for one more batch" in str(refused.value)
     assert snapshot(redis_server, namespace) == before
-    nxt = LocalContext(0, batch_id=2, app_id="app", task_attempt_id=9_000_030)
+    nxt = plugin_ctx(0, batch_id=2, app_id="app", task_attempt_id=9_000_030)
     with TaskState(nxt, component="c", namespace=namespace, sidecar=side.target) as s:
         assert dict(s) == finished
     assert asyncio.run(rescale())[-1] == "done"
@@ -496,6 +516,6 @@ def test_a_task_replaced_while_a_finished_batch_waits_aside_drops_the_copy(
             ))  # fmt: skip
     assert not c.exists(stash)
     assert not any(f.startswith(b"stash_") for f in c.hkeys(task_key(namespace, "c", 0, "meta")))
-    nxt = LocalContext(0, batch_id=6, app_id="app", task_attempt_id=9_000_040)
+    nxt = plugin_ctx(0, batch_id=6, app_id="app", task_attempt_id=9_000_040)
     with TaskState(nxt, component="c", namespace=namespace, sidecar=side.target) as s:
         assert dict(s) == {"k": 1}

@@ -21,9 +21,12 @@ TaskContext.__module__ = "pyspark.taskcontext"
 @pytest.mark.parametrize(
     ("ctx", "env", "holds"),
     [
-        (LocalContext(0, batch_id=1), {}, True),  # outside PySpark: the process lives on
+        # outside PySpark the process lives on, but only a context whose maker sends the
+        # FLUSH (plays the plugin's part) may hold: nothing else would ever flush it
+        (LocalContext(0, batch_id=1), {}, False),
+        (LocalContext(0, batch_id=1, plugin_flush=True), {}, True),
         # a driver's SparkContext sets SPARK_BUFFER_SIZE in its own process: still not a worker
-        (LocalContext(0, batch_id=1), {"SPARK_BUFFER_SIZE": "65536"}, True),
+        (LocalContext(0, batch_id=1, plugin_flush=True), {"SPARK_BUFFER_SIZE": "65536"}, True),
         (TaskContext(), {"SPARK_REUSE_WORKER": "1"}, True),
         (TaskContext(), {}, False),  # spark.python.worker.reuse=false
     ],
