@@ -60,6 +60,23 @@ def rss_kb(pid: int) -> int:
     return 0
 
 
+def hscan_s(redis: Any, key: str, count: int = 2000) -> tuple[float, int]:
+    """redis-py's HSCAN of `key` into a dict of bytes, no decoding: (seconds, fields).
+
+    The baseline of a restore, which asks for pages of 2,000 fields too.
+    """
+    import time
+
+    t0 = time.perf_counter()
+    got: dict[bytes, bytes] = {}
+    cursor = 0
+    while True:
+        cursor, page = redis.hscan(key, cursor, count=count)
+        got.update(page)
+        if cursor == 0:
+            return time.perf_counter() - t0, len(got)
+
+
 def pct(xs: list[float], q: float) -> float:
     """The q-quantile of sorted `xs`."""
     return xs[min(len(xs) - 1, int(q * len(xs)))]

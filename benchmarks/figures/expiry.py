@@ -19,7 +19,7 @@ from taskstate.client import LocalContext, TaskState
 from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing.worker import forget_cached_state
 
-from ..common import Bench, Figure, say, value
+from ..common import Bench, Figure, hscan_s, say, value
 
 SIZES = {"full": (10_000, 7, 200_000), "quick": (2_000, 3, 20_000)}
 
@@ -114,7 +114,7 @@ def restore_half(target: str, keys: int, redis: Any = None, rounds: int = 7) -> 
                     n = len(s)
                 timed[kind].append(time.perf_counter() - t0)
                 if redis is not None:
-                    timed[f"scan_{kind}"].append(_hscan(redis, data_key(ns, "c", 0)))
+                    timed[f"scan_{kind}"].append(hscan_s(redis, data_key(ns, "c", 0))[0])
                 want = keys // 2 if kind == "half" else keys
                 if n != want:
                     raise AssertionError(f"expiry benchmark: restored {n} keys, not {want}")
@@ -138,15 +138,3 @@ def restore_half(target: str, keys: int, redis: Any = None, rounds: int = 7) -> 
 def _paired(a: list[float], b: list[float]) -> float:
     """The median of the rounds' ratios a[i] / b[i]."""
     return statistics.median(x / y for x, y in zip(a, b, strict=True))
-
-
-def _hscan(redis: Any, key: str) -> float:
-    """Seconds to HSCAN `key` into a dict (pages of 2,000, as a restore asks for)."""
-    t0 = time.perf_counter()
-    out: dict[bytes, bytes] = {}
-    cursor = 0
-    while True:
-        cursor, page = redis.hscan(key, cursor, count=2000)
-        out.update(page)
-        if cursor == 0:
-            return time.perf_counter() - t0

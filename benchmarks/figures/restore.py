@@ -14,7 +14,7 @@ from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess
 from taskstate.testing.worker import forget_cached_state
 
-from ..common import Bench, Figure, rss_kb, say, value
+from ..common import Bench, Figure, hscan_s, rss_kb, say, value
 
 SIZES = {"full": (1_000_000, 200_000, 3), "quick": (50_000, 5_000, 1)}
 
@@ -103,16 +103,9 @@ def restore_throughput(
             ours.append(took)
             if s.info.size != n:
                 raise AssertionError(f"restore benchmark: {s.info.size} fields, not {n}")
-            t0 = time.perf_counter()
-            got: dict[bytes, bytes] = {}
-            cursor = 0
-            while True:
-                cursor, items = c.hscan(key, cursor, count=2000)
-                got.update(items)
-                if cursor == 0:
-                    break
-            base.append(time.perf_counter() - t0)
-            if len(got) != n:
+            took, got = hscan_s(c, key)
+            base.append(took)
+            if got != n:
                 raise AssertionError("restore benchmark: HSCAN baseline lost fields")
         growth[n] = max(rss)
         o, bl = statistics.median(ours), statistics.median(base)
