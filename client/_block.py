@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from ._buffer import buffer, worker_outlives_its_runner
+from ._buffer import buffer, changes_can_wait_for_the_flush
 from ._changes import REENCODE, SCALARS, Changes, is_mutable
 from ._codec import JsonCodec
 from ._commit import Committer
@@ -141,7 +141,8 @@ class Block:
         micro-batch attempt in this process (the groups of applyInPandasWithState after
         the first), in mirror mode (the session's copy carries the held writes to the
         attempt's next blocks), beside a sidecar with the plugin's flush barrier, in a
-        process that outlives its runner. A task with one block (mapInPandas,
+        process that lives until the plugin flushes the task (a reused PySpark worker, or a
+        LocalContext made with plugin_flush=True). A task with one block (mapInPandas,
         foreachPartition) always commits at its exit.
         """
         if not (
@@ -150,7 +151,7 @@ class Block:
             and self.ident.batch is not None
             and self.mirror
             and session.data is not None
-            and worker_outlives_its_runner(self.ctx)
+            and changes_can_wait_for_the_flush(self.ctx)
         ):
             return False
         upserts, deletes = self.changes.collect(data, self.wrap(session))

@@ -41,7 +41,7 @@ log = logging.getLogger("taskstate.client")
 Order = pb.AttachOrder
 
 
-def worker_outlives_its_runner(ctx: object) -> bool:
+def changes_can_wait_for_the_flush(ctx: object) -> bool:
     """Whether held changes can wait in this process until the plugin flushes the task.
 
     Not in a PySpark worker that exits as soon as its runner ends

@@ -26,7 +26,9 @@ in one Redis Cluster slot and one script can touch all its keys:
 - `ts:{ns/comp/p}:stash`  hash: a batch another attempt finished, as it was when a late
                          attempt of the same application rolled it back (lua/open.lua):
                          made the state again at the next batch if the late attempt
-                         never finished; dropped when it did (lua/done.lua)
+                         never finished; dropped when it did (lua/done.lua), and with
+                         the task's generation by an import or an overwriting write
+                         (lua/import.lua, lua/seed_publish.lua)
 - `ts:{ns/comp/p}:edits`  hash: operators' edits (`taskstate set/del/erase`) to apply again
                          at the task's next batch, key -> value ('' : delete)
 - `ts:{ns/comp/p}:stage`, `:stage_undo`  a rescale's new data and rollback record for

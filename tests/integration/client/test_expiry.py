@@ -87,19 +87,19 @@ def test_a_rewrite_keeps_an_earlier_index_entry_which_moves_when_it_comes_due(
     # An entry that comes due early is moved to the value's expiry and the key stays; a
     # rewrite with an earlier expiry must lower the entry, or the key would outlive it.
     ns = namespace
-    with ts(sidecar, ns, 0, ttl=0.3) as s:
+    with ts(sidecar, ns, 0, ttl=2.0) as s:  # batch 1 must claim before a's 2 s run out
         s["a"] = 1
         s.set("b", 2, ttl=100.0)
         now0 = s.info.now_ms
-    assert index(redis_server, ns) == {"a": now0 + 300, "b": now0 + 100_000}
+    assert index(redis_server, ns) == {"a": now0 + 2000, "b": now0 + 100_000}
     with ts(sidecar, ns, 1, ttl=100.0) as s:
         assert s.info.expired == 0
         s["a"] = 10  # a later expiry: the entry stays where it was
         s.set("b", 20, ttl=0.3)  # an earlier one: the entry moves down to it
         now1 = s.info.now_ms
     assert stored(redis_server, ns) == {"a": (now1 + 100_000, 1, 10), "b": (now1 + 300, 1, 20)}
-    assert index(redis_server, ns) == {"a": now0 + 300, "b": now1 + 300}
-    time.sleep(max(0.0, (now1 + 400) / 1000 - time.time()))
+    assert index(redis_server, ns) == {"a": now0 + 2000, "b": now1 + 300}
+    time.sleep(max(0.0, (max(now0 + 2000, now1 + 300) + 100) / 1000 - time.time()))
     _cache.sessions.clear()
     with ts(sidecar, ns, 2, ttl=100.0) as s:
         assert s.info.expired == 1  # b; a's entry came due early and moved

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from taskstate.client import LocalContext
-from taskstate.client._buffer import Buffer, Held, _Attempt, worker_outlives_its_runner
+from taskstate.client._buffer import Buffer, Held, _Attempt, changes_can_wait_for_the_flush
 from taskstate.client._session import OpenInfo, Session
 
 
@@ -31,14 +31,14 @@ TaskContext.__module__ = "pyspark.taskcontext"
         (TaskContext(), {}, False),  # spark.python.worker.reuse=false
     ],
 )
-def test_only_a_process_that_outlives_its_runner_holds_changes(
+def test_only_a_process_that_lives_until_the_flush_and_gets_one_holds_changes(
     monkeypatch: pytest.MonkeyPatch, ctx: object, env: dict[str, str], holds: bool
 ) -> None:
     for key in ("SPARK_BUFFER_SIZE", "SPARK_REUSE_WORKER"):
         monkeypatch.delenv(key, raising=False)
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    assert worker_outlives_its_runner(ctx) is holds
+    assert changes_can_wait_for_the_flush(ctx) is holds
 
 
 def test_a_later_blocks_changes_win_and_one_commit_sends_them() -> None:
