@@ -59,7 +59,11 @@ def test_quick_benchmarks_run_and_report_every_figure(spark_ready: None, tmp_pat
     cpu = [f for f in result["figures"] if f["name"].startswith("sidecar CPU per block")]
     assert len(cpu) == 2 and all(f["detail"]["blocks_per_s"] > 0 for f in cpu)
     for f in result["figures"]:
-        assert f["ours"] >= 0 and f["baseline"] > 0 and f["ratio"] > 0, f
+        # the sidecar's RSS growth during the small restore may be nothing at all (its
+        # pages fit in memory the sidecar already holds): a measurement, not a failure
+        growth = f["name"].startswith("sidecar RSS growth")
+        assert f["ours"] >= 0 and f["ratio"] > 0, f
+        assert f["baseline"] >= 0 if growth else f["baseline"] > 0, f
     assert result["machine"]["cpus"] and "redis_server" in result["machine"]
     # the table names every figure too
     for n in names:
