@@ -6,6 +6,7 @@ import os
 import platform
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,8 +66,6 @@ def hscan_s(redis: Any, key: str, count: int = 2000) -> tuple[float, int]:
 
     The baseline of a restore, which asks for pages of 2,000 fields too.
     """
-    import time
-
     t0 = time.perf_counter()
     got: dict[bytes, bytes] = {}
     cursor = 0

@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import pytest
 
 from taskstate.client import LocalContext, TaskState
@@ -27,7 +26,6 @@ from taskstate.client._errors import StateLostError, StorageUnavailableError
 from taskstate.client._transport import GrpcTransport
 from taskstate.client.admin import AdminClient
 from taskstate.proto import codes
-from taskstate.proto import taskstate_pb2 as pb
 from taskstate.sidecar.errors import SidecarError
 from taskstate.sidecar.storage.redis.backend import RedisBackend
 from taskstate.sidecar.storage.redis.keys import stash_key, task_key
@@ -36,6 +34,7 @@ from taskstate.testing import RedisServer, SidecarProcess
 
 from ..attempt_worker import worker_pool
 from ..conftest import snapshot, stored
+from ..seeding import begin, commit, stage
 
 
 def plugin_ctx(partition: int, **kw: Any) -> LocalContext:
@@ -502,18 +501,9 @@ def test_a_task_replaced_while_a_finished_batch_waits_aside_drops_the_copy(
         asyncio.run(replace())
     else:
         with AdminClient(side.target) as admin:
-            begin = pb.SeedBeginRequest(namespace=namespace, component="c", partitions=1,
-                                        key_type="string", overwrite=True, quiet_seconds=0,
-                                        batch=5)  # fmt: skip
-            seed = admin.seed_begin(begin).seed_id
-            admin.seed_stage(pb.SeedStageRequest(
-                namespace=namespace, component="c", seed_id=seed, source=0, attempt=0,
-                packed=msgpack.packb(["k", "1"]),
-            ))  # fmt: skip
-            admin.seed_commit(pb.SeedCommitRequest(
-                namespace=namespace, component="c", seed_id=seed,
-                sources=[pb.SeedSource(source=0, attempt=0)],
-            ))  # fmt: skip
+            seed = begin(admin, namespace, 1, overwrite=True, quiet_seconds=0, batch=5).seed_id
+            stage(admin, namespace, seed, 0, 0, {"k": 1})
+            commit(admin, namespace, seed, {0: 0})
     assert not c.exists(stash)
     assert not any(f.startswith(b"stash_") for f in c.hkeys(task_key(namespace, "c", 0, "meta")))
     nxt = plugin_ctx(0, batch_id=6, app_id="app", task_attempt_id=9_000_040)

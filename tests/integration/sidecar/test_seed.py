@@ -35,6 +35,7 @@ from taskstate.sidecar.storage.values import SeedSpec, TaskKey
 from taskstate.testing import RedisServer, SidecarProcess
 
 from ..conftest import CLAIM_FIELDS, snapshot
+from ..seeding import begin, commit, stage
 
 pytestmark = pytest.mark.integration
 
@@ -44,26 +45,6 @@ def ts(
 ) -> TaskState:
     ctx = LocalContext(part, batch_id=batch)
     return TaskState(ctx, component="c", namespace=ns, sidecar=side.target, partitions=partitions)
-
-
-def begin(admin: AdminClient, ns: str, to: int, **kw: Any) -> pb.SeedBeginResponse:
-    req = pb.SeedBeginRequest(namespace=ns, component="c", partitions=to, key_type="string", **kw)
-    return admin.seed_begin(req)
-
-
-def stage(
-    admin: AdminClient, ns: str, seed: str, source: int, attempt: int, pairs: dict[str, Any]
-) -> int:
-    flat = [x for k, v in pairs.items() for x in (k, json.dumps(v))]
-    req = pb.SeedStageRequest(namespace=ns, component="c", seed_id=seed, source=source,
-                              attempt=attempt, packed=msgpack.packb(flat))  # fmt: skip
-    return admin.seed_stage(req)
-
-
-def commit(admin: AdminClient, ns: str, seed: str, sources: dict[int, int]) -> Any:
-    req = pb.SeedCommitRequest(namespace=ns, component="c", seed_id=seed, sources=[
-        pb.SeedSource(source=s, attempt=a) for s, a in sources.items()])  # fmt: skip
-    return admin.seed_commit(req)
 
 
 def placed(pairs: dict[str, Any], to: int) -> dict[int, dict[bytes, bytes]]:
