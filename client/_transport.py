@@ -19,7 +19,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from taskstate.proto import codes
+from taskstate.proto import codes, frames
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 
@@ -30,6 +30,7 @@ from ._errors import (
     SidecarUnavailableError,
     TaskStateError,
 )
+from ._frames import FrameLane, FrameStatusError, LaneDownError, LaneUnreachableError
 from ._security import SidecarSecurity
 
 _PLAIN = SidecarSecurity()
@@ -72,6 +73,11 @@ def _stub(
         return entry[1]
 
 
+# "off": every call over gRPC, even where the sidecar serves the frame lane
+ENV_FRAME_LANE = "TASKSTATE_FRAME_LANE"
+# one lane (its sockets: one per thread) per (target, token) in this process
+_lanes: dict[tuple[str, str | None], FrameLane] = {}
+
 NOT_GRPC = "Failed parsing HTTP/2"  # what gRPC says of a socket that answers something else
 
 
@@ -84,6 +90,25 @@ def translate(exc: grpc.RpcError, task: str | None, target: str) -> TaskStateErr
     ts_code = trailing.get(codes.METADATA_KEY)
     if isinstance(ts_code, bytes):
         ts_code = ts_code.decode()
+    return translate_status(code, details, ts_code, task, target)
+
+
+_STATUS = {s.value[0]: s for s in grpc.StatusCode}
+
+
+def translate_frame(exc: FrameStatusError, task: str | None, target: str) -> TaskStateError:
+    """`translate` for an error the sidecar answered on the frame lane."""
+    return translate_status(_STATUS.get(exc.status), exc.details, exc.code, task, target)
+
+
+def translate_status(
+    code: grpc.StatusCode | None,
+    details: str | None,
+    ts_code: str | None,
+    task: str | None,
+    target: str,
+) -> TaskStateError:
+    """The TaskStateError of a status, its details and its taskstate code."""
     if ts_code in ERROR_BY_CODE:
         return ERROR_BY_CODE[ts_code](details or ts_code, task)
     where = f"task {task}: " if task else ""
@@ -157,6 +182,39 @@ class GrpcTransport:
         """The process-local stub (created lazily, re-created after a fork)."""
         return _stub(self.target, self.max_message_bytes, self.security)
 
+    def _lane(self) -> FrameLane | None:
+        """The sidecar's frame lane, for a Unix socket without TLS (None: gRPC only)."""
+        if not self.target.startswith("unix:") or self.security.tls:
+            return None
+        key = (self.target, self.security.token)
+        lane = _lanes.get(key)
+        if lane is None:
+            if os.environ.get(ENV_FRAME_LANE, "on") == "off":
+                return None
+            path = frames.lane_path(self.target[len("unix:") :])
+            lane = _lanes.setdefault(key, FrameLane(path, self.security.token))
+        return lane
+
+    def _unary(self, method: str, req: Any, task: str, parse: Callable[[bytes], T]) -> T:
+        """A unary call: on the frame lane when the sidecar serves one, else over gRPC."""
+        grpc_call: Callable[..., T] = getattr(self.stub, method)
+        lane = self._lane()
+        if lane is None:
+            return self._call(
+                task, lambda: grpc_call(req, timeout=self.timeout_s, wait_for_ready=True)
+            )
+        data = req.SerializeToString()
+
+        def attempt() -> T:
+            try:
+                return parse(lane.call(method, data, self.timeout_s))
+            except LaneUnreachableError:
+                # nothing was sent: a sidecar starting, or one without the lane (a stale
+                # socket) -- gRPC waits for it as every call always did
+                return grpc_call(req, timeout=self.timeout_s, wait_for_ready=True)
+
+        return self._call(task, attempt)
+
     def _call(self, task: str | None, fn: Callable[[], T]) -> T:
         def attempt() -> T:
             try:
@@ -166,6 +224,20 @@ class GrpcTransport:
                 if type(err) is SidecarUnavailableError:
                     raise _RetryableError(err) from exc
                 raise err from None
+            except FrameStatusError as exc:
+                err = translate_frame(exc, task, self.target)
+                if type(err) is SidecarUnavailableError:
+                    raise _RetryableError(err) from None
+                raise err from None
+            except LaneDownError as exc:
+                where = f"task {task}: " if task else ""
+                raise _RetryableError(
+                    SidecarUnavailableError(
+                        f"{where}the sidecar at {self.target} did not answer ({exc}). "
+                        "Operator action: check that the sidecar runs beside this executor.",
+                        task,
+                    )
+                ) from None
 
         try:
             for a in Retrying(
@@ -182,10 +254,7 @@ class GrpcTransport:
 
     def open(self, req: pb.OpenRequest, task: str) -> pb.OpenResponse:
         """Open (claim) a task."""
-        r: pb.OpenResponse = self._call(
-            task, lambda: self.stub.Open(req, timeout=self.timeout_s, wait_for_ready=True)
-        )
-        return r
+        return self._unary("Open", req, task, pb.OpenResponse.FromString)
 
     def restore(
         self,
@@ -213,10 +282,7 @@ class GrpcTransport:
 
     def commit(self, req: pb.CommitRequest, task: str) -> pb.CommitResponse:
         """Commit one change set."""
-        r: pb.CommitResponse = self._call(
-            task, lambda: self.stub.Commit(req, timeout=self.timeout_s, wait_for_ready=True)
-        )
-        return r
+        return self._unary("Commit", req, task, pb.CommitResponse.FromString)
 
     def attach(self, requests: Iterator[pb.AttachMessage]) -> Iterator[pb.AttachOrder]:
         """The Attach stream (no deadline, no retry: `_buffer.Attachment` handles its end)."""
@@ -227,14 +293,8 @@ class GrpcTransport:
 
     def multi_get(self, req: pb.GetRequest, task: str) -> pb.GetResponse:
         """Read keys (remote mode)."""
-        r: pb.GetResponse = self._call(
-            task, lambda: self.stub.MultiGet(req, timeout=self.timeout_s, wait_for_ready=True)
-        )
-        return r
+        return self._unary("MultiGet", req, task, pb.GetResponse.FromString)
 
     def describe(self, req: pb.DescribeRequest, task: str) -> pb.TaskInfo:
         """Describe a task."""
-        r: pb.TaskInfo = self._call(
-            task, lambda: self.stub.Describe(req, timeout=self.timeout_s, wait_for_ready=True)
-        )
-        return r
+        return self._unary("Describe", req, task, pb.TaskInfo.FromString)

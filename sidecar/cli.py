@@ -161,6 +161,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="allow a plaintext TCP listener on a loopback address (tests, local tools)",
     )
+    p.add_argument(
+        "--no-frame-lane",
+        dest="frame_lane",
+        action="store_false",
+        help="serve only gRPC: no frame lane socket (X.frames.sock) beside a Unix listener "
+        "X.sock, so clients make every call over gRPC",
+    )
     for flag, default, what in (
         ("--max-commit-keys", 1_000_000, "keys (upserts + deletes) in one commit or import"),
         ("--max-key-bytes", 4096, "bytes of one key"),
@@ -250,6 +257,7 @@ def from_args(ns: argparse.Namespace) -> SidecarConfig:
         tls_key=ns.tls_key,
         tls_client_ca=ns.tls_client_ca,
         insecure_tcp_loopback=ns.insecure_tcp_loopback,
+        frame_lane=ns.frame_lane,
         max_commit_keys=ns.max_commit_keys,
         max_key_bytes=ns.max_key_bytes,
         max_value_bytes=ns.max_value_bytes,

@@ -47,6 +47,8 @@ class SidecarConfig:
     tls_key: str | None = None
     tls_client_ca: str | None = None
     insecure_tcp_loopback: bool = False
+    # beside each Unix listener, the frame lane for the task calls (taskstate.proto.frames)
+    frame_lane: bool = True
     # Limits (each refusal names its setting)
     max_commit_keys: int = 1_000_000
     max_key_bytes: int = 4096

@@ -7,6 +7,8 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -16,12 +18,14 @@ from grpc_health.v1._async import HealthServicer
 from grpc_reflection.v1alpha import reflection
 from redis.exceptions import RedisError
 
+from taskstate.proto import frames
 from taskstate.proto.durability import Durability
 
 from . import metrics
 from .config import LOOPBACK, ConfigError, Limits, SidecarConfig, listen_address
 from .flush import BarrierServer, FlushCoordinator
 from .retry import RetryPolicy, is_permanent_connection_error
+from .rpc.frames import FrameLane
 from .rpc.service import SERVICE_NAME, add_to_server
 from .storage.base import Backend
 from .storage.redis.backend import RedisBackend
@@ -73,7 +77,7 @@ class Sidecar:
         self._sweep_task: asyncio.Task[None] | None = None
         if config.sweep_every_s > 0:
             self.sweeper = Sweeper(self.storage.admin, config.sweep_every_s, config.sweep_idle_s)
-        add_to_server(
+        unary = add_to_server(
             self.server,
             self.storage,
             limits=Limits(
@@ -88,6 +92,7 @@ class Sidecar:
             flush=self.flush,
             sweeper=self.sweeper,
         )
+        self.frames = FrameLane(unary, config.max_message_bytes) if config.frame_lane else None
         self.health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(
@@ -188,22 +193,9 @@ class Sidecar:
                 if path.exists() or path.is_symlink():
                     path.unlink()  # a stale socket from a killed sidecar
                 self._sockets.append(path)
-                # created with the final mode's complement as umask: never more open
-                old = os.umask(0o777 & ~self.config.socket_mode)
-                try:
+                with self._socket_permissions(spec, path):
                     port = self.server.add_insecure_port(addr)
-                finally:
-                    os.umask(old)
-                try:
-                    if self.config.socket_group is not None:
-                        os.chown(path, -1, self.config.socket_group)
-                    os.chmod(path, self.config.socket_mode)
-                except OSError as exc:
-                    raise ConfigError(
-                        f"--listen {spec}: cannot set the socket's group "
-                        f"{self.config.socket_group} / mode {self.config.socket_mode:o}: {exc}. "
-                        "The sidecar must be a member of --socket-group."
-                    ) from exc
+                await self._open_frame_lane(spec, path)
             else:
                 port = self._add_tcp_port(spec, addr)
             if path is None:
@@ -219,6 +211,44 @@ class Sidecar:
         if self.sweeper is not None:
             self._sweep_task = asyncio.create_task(self.sweeper.run())
         return self.addresses
+
+    @contextmanager
+    def _socket_permissions(self, spec: str, path: Path) -> Iterator[None]:
+        """Create the socket at `path` (in the block) with --socket-mode and --socket-group."""
+        # created with the final mode's complement as umask: never more open
+        old = os.umask(0o777 & ~self.config.socket_mode)
+        try:
+            yield
+        finally:
+            os.umask(old)
+        try:
+            if self.config.socket_group is not None:
+                os.chown(path, -1, self.config.socket_group)
+            os.chmod(path, self.config.socket_mode)
+        except OSError as exc:
+            raise ConfigError(
+                f"--listen {spec}: cannot set the socket's group "
+                f"{self.config.socket_group} / mode {self.config.socket_mode:o}: {exc}. "
+                "The sidecar must be a member of --socket-group."
+            ) from exc
+
+    async def _open_frame_lane(self, spec: str, path: Path) -> None:
+        """The frame lane beside the gRPC socket `path`, unless off or its path is too long."""
+        lane = Path(frames.lane_path(str(path)))
+        if self.frames is None:
+            if lane.is_socket():  # a killed sidecar's, which would refuse the clients
+                lane.unlink()
+            return
+        if len(str(lane).encode()) > frames.MAX_SOCKET_PATH:
+            log.warning(
+                "no frame lane: its socket path is too long for a Unix socket; the task "
+                "calls go over gRPC (a shorter --listen path gives them the lane)",
+                extra={"listen": spec, "lane": str(lane)},
+            )
+            return
+        self._sockets.append(lane)
+        with self._socket_permissions(spec, lane):
+            await self.frames.listen(lane)
 
     def _add_tcp_port(self, spec: str, addr: str) -> int:
         """Bind a TCP listener: TLS, or plaintext only on loopback when told so."""
@@ -262,7 +292,13 @@ class Sidecar:
         await self.health.enter_graceful_shutdown()
         if self.barrier is not None:  # a flush asked for now fails: the executor is stopping
             await self.barrier.stop()
-        await self.server.stop(self.config.drain_seconds)
+        if self.frames is not None:
+            await asyncio.gather(
+                self.frames.stop(self.config.drain_seconds),
+                self.server.stop(self.config.drain_seconds),
+            )
+        else:
+            await self.server.stop(self.config.drain_seconds)
         await self.storage.close()
         for path in self._sockets:
             try:

@@ -99,6 +99,15 @@ def _bidi(guard: Guard, name: str, impl: Any) -> Callable[..., AsyncIterator[Any
     return handle
 
 
+@dataclass(frozen=True, slots=True)
+class UnaryCall:
+    """One unary RPC as served: parse the request, handle it (behind the guard), answer."""
+
+    parse: Callable[[bytes], Any]
+    handle: Callable[[Any, Any], Awaitable[Any]]
+    serialize: Callable[[Any], bytes]
+
+
 def add_to_server(
     server: aio.Server,
     backend: Backend,
@@ -108,11 +117,12 @@ def add_to_server(
     auth: Authorizer | None = None,
     flush: FlushCoordinator | None = None,
     sweeper: Sweeper | None = None,
-) -> None:
+) -> dict[str, UnaryCall]:
     """Serve taskstate.v1.TaskStateService on `server` from `backend`.
 
     Like the generated helper, except that each RPC runs behind the call guard and that
     bytes that are not the request message get INVALID_ARGUMENT with a taskstate code.
+    Returns the unary calls as served, for the frame lane (frames.py) to serve too.
     """
     guard = Guard(limits.max_in_flight, auth)
     tasks = MeteredTaskStore(backend.tasks)
@@ -131,6 +141,7 @@ def add_to_server(
         FlushRpcs(flush),
     )
     handlers = {}
+    unary: dict[str, UnaryCall] = {}
     for m in _SERVICE.methods:
         impl = next((getattr(a, m.name) for a in audiences if hasattr(a, m.name)), None)
         if impl is None:
@@ -149,9 +160,11 @@ def add_to_server(
                 response_serializer=out,
             )
         else:
+            parse = _lenient(getattr(pb, m.input_type.name))
+            call = UnaryCall(parse, _unary(guard, m.name, impl), out)
+            unary[m.name] = call
             handlers[m.name] = grpc.unary_unary_rpc_method_handler(
-                _unary(guard, m.name, impl),
-                request_deserializer=_lenient(getattr(pb, m.input_type.name)),
-                response_serializer=out,
+                call.handle, request_deserializer=call.parse, response_serializer=call.serialize
             )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    return unary

@@ -1,4 +1,5 @@
-"""The sidecar's Unix socket: owner and group only by default; mode and group set."""
+"""The sidecar's Unix sockets (gRPC and the frame lane beside it): owner and group only by
+default; mode and group set."""
 
 from __future__ import annotations
 
@@ -21,8 +22,9 @@ def test_socket_mode(
 ) -> None:
     side = SidecarProcess(redis_server.url, tmp_path / "s.sock", extra=list(extra)).start()
     try:
-        st = os.stat(side.socket)
-        assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == mode
+        for path in (side.socket, tmp_path / "s.frames.sock"):
+            st = os.stat(path)
+            assert stat.S_ISSOCK(st.st_mode) and stat.S_IMODE(st.st_mode) == mode, path
     finally:
         side.kill()
 
@@ -34,6 +36,7 @@ def test_socket_group(redis_server: RedisServer, tmp_path: Path) -> None:
     ).start()
     try:
         assert os.stat(side.socket).st_gid == gid
+        assert os.stat(tmp_path / "s.frames.sock").st_gid == gid
     finally:
         side.kill()
 

@@ -1,0 +1,65 @@
+"""The frame lane: a task's unary calls over a plain Unix socket, beside gRPC.
+
+A sidecar listening on `unix:///run/x.sock` also listens on `/run/x.frames.sock`
+(`lane_path`). There a client that shares the machine sends the same protobuf messages as
+over gRPC, framed by length, without HTTP/2 and grpc's per-call machinery: about 60 µs of
+the sidecar's CPU per call against about 400 (docs/benchmarks.md, figure 19). Only the
+task's unary calls travel this way (`METHODS`); streams, operators' calls, TCP and TLS
+stay on gRPC. The same guard serves both: tokens, limits, metrics and error codes.
+
+One call at a time per connection, in order:
+
+    request:  u32 length of the rest | u8 method | u16 n | n bytes: the token (UTF-8,
+              empty without one) | the request message
+    response: u32 length of the rest | u8 status (a gRPC status code, 0 = OK) | either the
+              response message, or u16 n | n bytes: the taskstate code | the details (UTF-8)
+
+Lengths are big-endian. A request longer than the sidecar's --max-message-bytes is read
+and thrown away, then refused with RESOURCE_EXHAUSTED (code LIMIT); the connection serves
+on.
+"""
+
+from __future__ import annotations
+
+import struct
+
+SUFFIX = ".frames.sock"
+
+# method ids on the wire; never reused for another call once released
+METHODS: dict[str, int] = {"Open": 1, "Commit": 2, "MultiGet": 3, "Describe": 4}
+NAMES: dict[int, str] = {v: k for k, v in METHODS.items()}
+
+LENGTH = struct.Struct(">I")
+REQUEST_HEAD = struct.Struct(">IBH")  # length, method, token length
+RESPONSE_HEAD = struct.Struct(">IB")  # length, status
+ERROR_HEAD = struct.Struct(">H")  # taskstate code length
+
+OK = 0
+UNIMPLEMENTED = 12  # gRPC's code for a method the sidecar does not serve
+RESOURCE_EXHAUSTED = 8
+INVALID_ARGUMENT = 3
+
+# the longest path a Unix socket can have on Linux (sun_path, with its NUL)
+MAX_SOCKET_PATH = 107
+
+
+def lane_path(socket_path: str) -> str:
+    """The frame lane's socket beside a sidecar's gRPC socket."""
+    return socket_path.removesuffix(".sock") + SUFFIX
+
+
+def request(method: int, token: bytes, message: bytes) -> bytes:
+    """One request frame."""
+    return REQUEST_HEAD.pack(3 + len(token) + len(message), method, len(token)) + token + message
+
+
+def error_body(code: str, details: str) -> bytes:
+    """The body of a failed call's response."""
+    c = code.encode()
+    return ERROR_HEAD.pack(len(c)) + c + details.encode()
+
+
+def parse_error(body: bytes) -> tuple[str, str]:
+    """(taskstate code, details) of a failed call's response body."""
+    (n,) = ERROR_HEAD.unpack_from(body)
+    return body[2 : 2 + n].decode(), body[2 + n :].decode(errors="replace")

@@ -1,0 +1,152 @@
+"""The frame lane: a task's unary calls over a plain Unix socket (taskstate.proto.frames).
+
+Each call is handled by the very callable gRPC serves it with (service.UnaryCall: the
+guard, the RPC body, the same parse of the request), given a context that carries the
+frame's token and turns an abort into an error frame. So tokens, limits, metrics, logs and
+error codes are those of gRPC; only the transport differs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import grpc
+
+from taskstate.proto import codes, frames
+
+from .service import UnaryCall
+
+log = logging.getLogger("taskstate.sidecar")
+
+
+class _AbortedError(Exception):
+    def __init__(self, status: int, code: str, details: str) -> None:
+        super().__init__(details)
+        self.status, self.code, self.details = status, code, details
+
+
+class FrameContext:
+    """What the guard asks of a gRPC context, for one frame."""
+
+    __slots__ = ("_metadata",)
+
+    def __init__(self, token: bytes) -> None:
+        self._metadata: tuple[tuple[str, str], ...] = (
+            (("authorization", "Bearer " + token.decode(errors="replace")),) if token else ()
+        )
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        """The frame's token as gRPC metadata would carry it."""
+        return self._metadata
+
+    async def abort(
+        self,
+        code: grpc.StatusCode,
+        details: str = "",
+        trailing_metadata: Sequence[tuple[str, str]] = (),
+    ) -> NoReturn:
+        """End the call: its status, code and details go back as an error frame."""
+        ts_code = dict(trailing_metadata).get(codes.METADATA_KEY, "")
+        raise _AbortedError(code.value[0], ts_code, details)
+
+
+def _error(status: int, code: str, details: str) -> bytes:
+    body = frames.error_body(code, details)
+    return frames.RESPONSE_HEAD.pack(1 + len(body), status) + body
+
+
+async def _discard(reader: asyncio.StreamReader, n: int) -> None:
+    while n > 0:
+        chunk = await reader.read(min(n, 1 << 16))
+        if not chunk:
+            raise asyncio.IncompleteReadError(b"", n)
+        n -= len(chunk)
+
+
+class FrameLane:
+    """Serves `calls` (by name) on one Unix socket per gRPC Unix listener."""
+
+    def __init__(self, calls: Mapping[str, UnaryCall], max_message_bytes: int) -> None:
+        self.calls = {frames.METHODS[n]: calls[n] for n in frames.METHODS}
+        self.max_message_bytes = max_message_bytes
+        self._servers: list[asyncio.AbstractServer] = []
+        self._connections: set[asyncio.Task[None]] = set()
+        self._busy: set[asyncio.Task[None]] = set()  # connections inside a call
+
+    async def listen(self, path: Path) -> None:
+        """Serve on `path` (a stale socket there is replaced)."""
+        if path.exists() or path.is_symlink():
+            path.unlink()
+        self._servers.append(await asyncio.start_unix_server(self._serve, str(path)))
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        me = asyncio.current_task()
+        if me is None:  # pragma: no cover - asyncio runs each connection in a task
+            return
+        self._connections.add(me)
+        try:
+            while True:
+                head = await reader.readexactly(frames.LENGTH.size)
+                (n,) = frames.LENGTH.unpack(head)
+                if n > self.max_message_bytes:
+                    await _discard(reader, n)  # read, never held: then the client hears why
+                    writer.write(
+                        _error(
+                            frames.RESOURCE_EXHAUSTED,
+                            codes.LIMIT,
+                            f"the request of {n} bytes is over the sidecar's "
+                            f"--max-message-bytes {self.max_message_bytes}",
+                        )
+                    )
+                    continue
+                body = await reader.readexactly(n)
+                self._busy.add(me)
+                try:
+                    writer.write(await self._answer(body))
+                finally:
+                    self._busy.discard(me)
+                if writer.transport.get_write_buffer_size() > 1 << 16:
+                    await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass  # the client went away (or was killed): nothing is owed to it
+        except asyncio.CancelledError:
+            pass  # the sidecar is stopping
+        finally:
+            self._connections.discard(me)
+            writer.close()
+
+    async def _answer(self, body: bytes) -> bytes:
+        if len(body) < 3:
+            return _error(frames.INVALID_ARGUMENT, codes.INVALID_ARGUMENT, "a frame too short")
+        method, tlen = body[0], int.from_bytes(body[1:3], "big")
+        call = self.calls.get(method)
+        if call is None:
+            return _error(
+                frames.UNIMPLEMENTED, "", f"method {method} is not served on the frame lane"
+            )
+        ctx = FrameContext(body[3 : 3 + tlen])
+        try:
+            reply: Any = await call.handle(call.parse(body[3 + tlen :]), ctx)
+        except _AbortedError as exc:
+            return _error(exc.status, exc.code, exc.details)
+        out = call.serialize(reply)
+        return frames.RESPONSE_HEAD.pack(1 + len(out), frames.OK) + out
+
+    async def stop(self, grace_s: float) -> None:
+        """Stop accepting; let calls under way finish (within `grace_s`); close the rest."""
+        for s in self._servers:
+            s.close()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        while self._busy and loop.time() < deadline:
+            await asyncio.sleep(0.01)
+        for t in list(self._connections):
+            t.cancel()
+        if self._connections:
+            await asyncio.wait(list(self._connections), timeout=1.0)
+        for s in self._servers:  # after the connections: from 3.12 it waits for them
+            await s.wait_closed()

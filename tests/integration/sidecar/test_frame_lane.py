@@ -1,0 +1,355 @@
+"""The frame lane (taskstate.proto.frames) against the real sidecar and redis-server.
+
+A task's Open, Commit, MultiGet and Describe travel it whenever the sidecar serves one
+beside its Unix socket; these tests show that they do, that a lost answer and a killed
+sidecar cost nothing, that tokens hold there too, and that bad frames are refused.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+import signal
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from taskstate.client import (
+    LocalContext,
+    PermissionDeniedError,
+    SidecarUnavailableError,
+    TaskState,
+    UnauthenticatedError,
+    _cache,
+)
+from taskstate.proto import codes, frames
+from taskstate.proto import taskstate_pb2 as pb
+from taskstate.sidecar.storage.redis.keys import data_key, meta_key
+from taskstate.testing import RedisServer, SidecarProcess
+
+pytestmark = pytest.mark.integration
+
+
+def ts(target: str, ns: str, batch: int, part: int = 0) -> TaskState:
+    return TaskState(LocalContext(part, batch_id=batch), component="c", namespace=ns,
+                     sidecar=target)  # fmt: skip
+
+
+def data_of(r: RedisServer, ns: str, part: int = 0) -> dict[bytes, bytes]:
+    return r.client().hgetall(data_key(ns, "c", part))  # type: ignore[no-any-return]
+
+
+@pytest.fixture(autouse=True)
+def short_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TASKSTATE_RETRY_DEADLINE", "3")
+    monkeypatch.setenv("TASKSTATE_TIMEOUT", "3")
+
+
+@pytest.fixture
+def lane_only(redis_server: RedisServer, tmp_path: Path) -> Iterator[tuple[SidecarProcess, str]]:
+    """A sidecar whose gRPC socket is moved away: at its address only the lane answers."""
+    side = SidecarProcess(redis_server.url, tmp_path / "s.sock").start()
+    os.rename(tmp_path / "s.sock", tmp_path / "moved.sock")
+    try:
+        yield side, side.target
+    finally:
+        side.kill()
+
+
+def test_a_blocks_calls_travel_the_lane(
+    lane_only: tuple[SidecarProcess, str],
+    redis_server: RedisServer,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _, target = lane_only
+    with ts(target, namespace, 0) as s:  # Open + Commit
+        s.update({"a": 1, "b": {"n": 2}})
+    _cache.sessions.clear()
+    with ts(target, namespace, 1) as s:  # Open + MultiGet + Commit
+        assert s["b"] == {"n": 2}
+        s["a"] += 1
+    assert data_of(redis_server, namespace) == {b"a": b"2", b"b": b'{"n":2}'}
+    # the same block without the lane needs the gRPC socket, which is not there
+    _cache.sessions.clear()
+    monkeypatch.setenv("TASKSTATE_FRAME_LANE", "off")
+    import taskstate.client._transport as transport
+
+    monkeypatch.setattr(transport, "_lanes", {})
+    with pytest.raises(SidecarUnavailableError):
+        with ts(target, namespace, 2) as s:
+            s["a"] = 3
+    assert data_of(redis_server, namespace) == {b"a": b"2", b"b": b'{"n":2}'}
+
+
+class DroppingLane:
+    """A frame proxy at `path` in front of the lane at `upstream`.
+
+    `arm()`: the next Commit reaches the sidecar, which commits; its answer is thrown
+    away and the client's connection cut, so the client cannot know whether it landed.
+    """
+
+    def __init__(self, path: Path, upstream: str) -> None:
+        self.upstream = upstream
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(str(path))
+        self.listener.listen(16)
+        self.armed = False
+        self.answers_lost = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def arm(self) -> None:
+        self.armed = True
+
+    def close(self) -> None:
+        self.listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(client,), daemon=True).start()
+
+    def _serve(self, client: socket.socket) -> None:
+        up = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        up.connect(self.upstream)
+        with client, up:
+            while True:
+                head = _exactly(client, 4)
+                if head is None:
+                    return
+                body = _exactly(client, frames.LENGTH.unpack(head)[0])
+                assert body is not None
+                up.sendall(head + body)
+                rhead = _exactly(up, 4)
+                assert rhead is not None
+                answer = _exactly(up, frames.LENGTH.unpack(rhead)[0])
+                if self.armed and body[0] == frames.METHODS["Commit"]:
+                    self.armed = False
+                    self.answers_lost += 1
+                    return  # the sidecar committed; the client hears nothing
+                client.sendall(rhead + (answer or b""))
+
+
+def _exactly(sock: socket.socket, n: int) -> bytes | None:
+    buf = b""
+    while len(buf) < n:
+        data = sock.recv(n - len(buf))
+        if not data:
+            return None
+        buf += data
+    return buf
+
+
+def test_a_commit_whose_answer_is_lost_on_the_lane_counts_once(
+    redis_server: RedisServer, tmp_path: Path, namespace: str
+) -> None:
+    side = SidecarProcess(redis_server.url, tmp_path / "s.sock").start()
+    proxy = DroppingLane(tmp_path / "p.frames.sock", str(tmp_path / "s.frames.sock"))
+    target = f"unix://{tmp_path}/p.sock"  # only its lane exists: the proxy
+    meta = meta_key(namespace, "c", 0)
+    try:
+        with ts(target, namespace, 3) as s:
+            s.update({"a": 1, "b": 2, "gone": 0})
+        before = data_of(redis_server, namespace)
+        ver_before = int(redis_server.client().hget(meta, "ver"))
+        with ts(target, namespace, 4) as s:
+            proxy.arm()
+            s["a"] = 10
+            s["c"] = 3
+            del s["gone"]
+        assert proxy.answers_lost == 1
+        # committed, then retried: the effect of once
+        assert int(redis_server.client().hget(meta, "ver")) == ver_before + 2
+        assert data_of(redis_server, namespace) == {b"a": b"10", b"b": b"2", b"c": b"3"}
+        _cache.sessions.clear()  # batch 4 again: its rollback record is the state before it
+        with ts(target, namespace, 4) as s:
+            assert s.info.rolled_back
+        assert data_of(redis_server, namespace) == before
+    finally:
+        proxy.close()
+        side.kill()
+
+
+def test_a_sidecar_killed_mid_commit_on_the_lane_commits_once_after_restart(
+    redis_server: RedisServer, tmp_path: Path, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TASKSTATE_RETRY_DEADLINE", "20")
+    monkeypatch.setenv("TASKSTATE_TIMEOUT", "10")
+    side = SidecarProcess(redis_server.url, tmp_path / "s.sock").start()
+    try:
+        with ts(side.target, namespace, 1) as s:
+            s["n"] = 1
+        st = ts(side.target, namespace, 2)
+        st.__enter__()
+        st["n"] = st["n"] + 1
+        # Redis busy for 1 s: the commit is in the sidecar's hands when it dies
+        busy = redis_server.client()
+        hold = threading.Thread(target=lambda: busy.execute_command("DEBUG", "SLEEP", "1"))
+        hold.start()
+        time.sleep(0.1)
+        killer = threading.Timer(0.3, side.kill, args=(signal.SIGKILL,))
+        restarter = threading.Timer(1.5, side.start)
+        killer.start()
+        restarter.start()
+        st.__exit__(None, None, None)
+        for t in (hold, killer, restarter):
+            t.join()
+        assert data_of(redis_server, namespace) == {b"n": b"2"}
+        assert int(redis_server.client().hget(meta_key(namespace, "c", 0), "batch")) == 2
+    finally:
+        side.kill()
+
+
+def test_a_sidecar_restarted_without_the_lane_removes_its_stale_socket(
+    redis_server: RedisServer, tmp_path: Path, namespace: str
+) -> None:
+    side = SidecarProcess(redis_server.url, tmp_path / "s.sock").start()
+    lane = tmp_path / "s.frames.sock"
+    try:
+        with ts(side.target, namespace, 1) as s:
+            s["n"] = 1
+        side.kill(signal.SIGKILL)
+        assert lane.is_socket()  # a stale socket: nobody listens there
+        side.extra = ["--no-frame-lane"]
+        side.start()
+        assert not lane.exists()
+        with ts(side.target, namespace, 2) as s:  # over gRPC, on the same lane object
+            s["n"] += 1
+        assert data_of(redis_server, namespace) == {b"n": b"2"}
+    finally:
+        side.kill()
+
+
+def test_a_socket_path_too_long_for_the_lane_serves_grpc_alone(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    base = Path(tempfile.mkdtemp(prefix="l" * 40))
+    path = base / ("s" * (frames.MAX_SOCKET_PATH - len(str(base)) - 6) + ".sock")
+    assert len(str(path)) <= frames.MAX_SOCKET_PATH < len(frames.lane_path(str(path)))
+    side = SidecarProcess(redis_server.url, path).start()
+    try:
+        with ts(side.target, namespace, 0) as s:
+            s["n"] = 1
+        assert data_of(redis_server, namespace) == {b"n": b"1"}
+        assert not Path(frames.lane_path(str(path))).exists()
+        assert "no frame lane" in side.log_path.read_text()
+    finally:
+        side.kill()
+        shutil.rmtree(base)
+
+
+def test_tokens_hold_on_the_lane(
+    redis_server: RedisServer, tmp_path: Path, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+
+    token = "token-for-the-lane-" + "t" * 24
+    tokens = tmp_path / "tokens.json"
+    tokens.write_text(json.dumps(
+        {"tokens": [{"name": "job", "token": token, "namespaces": [namespace]}]}
+    ))  # fmt: skip
+    side = SidecarProcess(
+        redis_server.url, tmp_path / "s.sock", extra=["--tokens-file", str(tokens)]
+    ).start()
+    os.rename(tmp_path / "s.sock", tmp_path / "moved.sock")  # the lane alone answers
+    try:
+        with pytest.raises(UnauthenticatedError):
+            ts(side.target, namespace, 0).__enter__()
+        monkeypatch.setenv("TASKSTATE_TOKEN", token)
+        with pytest.raises(PermissionDeniedError, match="may not open"):
+            ts(side.target, namespace + "-other", 0).__enter__()
+        with ts(side.target, namespace, 0) as s:
+            s["n"] = 1
+        assert data_of(redis_server, namespace) == {b"n": b"1"}
+    finally:
+        side.kill()
+
+
+def _call(sock: socket.socket, frame: bytes) -> tuple[int, bytes]:
+    sock.sendall(frame)
+    head = _exactly(sock, 4)
+    assert head is not None, "the sidecar closed the connection"
+    body = _exactly(sock, frames.LENGTH.unpack(head)[0])
+    assert body is not None
+    return body[0], body[1:]
+
+
+def test_bad_frames_are_refused_and_the_connection_serves_on(
+    redis_server: RedisServer, tmp_path: Path, namespace: str
+) -> None:
+    side = SidecarProcess(
+        redis_server.url, tmp_path / "s.sock", extra=["--max-message-bytes", str(1 << 20)]
+    ).start()
+    try:
+        with ts(side.target, namespace, 0) as s:
+            s["n"] = 1
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(10)
+        sock.connect(str(tmp_path / "s.frames.sock"))
+        status, body = _call(sock, frames.request(99, b"", b""))
+        assert status == frames.UNIMPLEMENTED and b"method 99" in body
+        status, body = _call(sock, frames.request(frames.METHODS["Open"], b"", b"\xff\xff\xff"))
+        assert status == frames.INVALID_ARGUMENT
+        assert frames.parse_error(body)[0] == codes.INVALID_ARGUMENT
+        task = pb.TaskId(namespace=namespace, component="c", partition=0)
+        status, body = _call(
+            sock,
+            frames.request(
+                frames.METHODS["Describe"], b"", pb.DescribeRequest(task=task).SerializeToString()
+            ),
+        )
+        info = pb.TaskInfo.FromString(body)
+        assert status == frames.OK and info.exists and info.committed_batch == 0
+        # a request over --max-message-bytes: refused, and the connection serves on
+        status, body = _call(sock, frames.request(frames.METHODS["Commit"], b"", bytes(1 << 20)))
+        assert status == frames.RESOURCE_EXHAUSTED
+        assert frames.parse_error(body)[0] == codes.LIMIT
+        assert b"max-message-bytes" in body
+        status, body = _call(
+            sock,
+            frames.request(
+                frames.METHODS["Describe"], b"", pb.DescribeRequest(task=task).SerializeToString()
+            ),
+        )
+        assert status == frames.OK
+        sock.close()
+        assert data_of(redis_server, namespace) == {b"n": b"1"}
+    finally:
+        side.kill()
+
+
+def _blocks(target: str, ns: str, part: int, n: int) -> None:
+    for b in range(n):
+        with ts(target, ns, b, part) as s:
+            s["n"] = b
+
+
+def test_threads_and_forked_children_each_have_their_own_connection(
+    sidecar: SidecarProcess, redis_server: RedisServer, namespace: str
+) -> None:
+    _blocks(sidecar.target, namespace, 0, 3)  # this process's thread holds a connection
+    threads = [
+        threading.Thread(target=_blocks, args=(sidecar.target, namespace, p, 40)) for p in (1, 2)
+    ]
+    for t in threads:
+        t.start()
+    child = multiprocessing.get_context("fork").Process(
+        target=_blocks, args=(sidecar.target, namespace, 3, 40)
+    )
+    child.start()
+    _blocks(sidecar.target, namespace, 4, 40)
+    child.join(60)
+    for t in threads:
+        t.join(60)
+    assert child.exitcode == 0
+    for p in (1, 2, 3, 4):
+        assert data_of(redis_server, namespace, p) == {b"n": b"39"}, p
