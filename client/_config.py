@@ -11,7 +11,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from taskstate.proto import ids
+from taskstate.proto import frames, ids
 from taskstate.proto.durability import Durability
 
 from ._context import NAMESPACE_CONF, NAMESPACE_PROPERTY, SIDECAR_CONF, SIDECAR_PROPERTY
@@ -116,6 +116,12 @@ def grpc_target(spec: str) -> str:
                 f"sidecar {spec!r} is the executor plugin's flush barrier socket, not a "
                 f"sidecar: its executor's sidecar is unix://{path.removesuffix(BARRIER_SUFFIX)}"
                 ".sock"
+            )
+        if path.endswith(frames.SUFFIX):
+            raise ConfigError(
+                f"sidecar {spec!r} is a sidecar's frame lane, which the client finds by "
+                f"itself: give the sidecar's own socket, unix://"
+                f"{path.removesuffix(frames.SUFFIX)}.sock"
             )
         return f"unix:{path}"
     if spec.startswith("unix:"):

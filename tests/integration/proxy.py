@@ -44,7 +44,12 @@ class LossyProxy:
             except OSError:
                 return
             upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            upstream.connect(self.unix_path)
+            try:
+                upstream.connect(self.unix_path)
+            except OSError:  # Redis is down: refuse this client as Redis would, serve on
+                _close(upstream)
+                _close(client)
+                continue
             doomed = threading.Event()
             threading.Thread(target=self._up, args=(client, upstream, doomed), daemon=True).start()
             threading.Thread(

@@ -282,6 +282,11 @@ def _hiredis_pack_command(self: Any, *args: Any) -> list[bytes]:
     """
     if isinstance(args[0], str) and " " in args[0]:  # e.g. "CONFIG GET"
         args = (*args[0].split(), *args[1:])
+    return pack(args)
+
+
+def pack(args: tuple[Any, ...]) -> list[bytes]:
+    """A command as RESP, in pieces (see `_hiredis_pack_command`)."""
     if len(args) <= 64 and any(a.__class__ is bytes and len(a) >= LARGE_ARG for a in args):
         return resp_pieces(args)
     return [hiredis.pack_command(args)]

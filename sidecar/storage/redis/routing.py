@@ -20,7 +20,8 @@ from taskstate.proto import codes
 from ... import metrics
 from ...errors import SidecarError
 from ...retry import RetryPolicy
-from .connect import RedisSettings, create_client
+from .connect import RedisSettings, create_client, pack
+from .direct import DirectLine
 from .scripts import load_all
 
 T = TypeVar("T")
@@ -48,6 +49,8 @@ class Connection:
         self.settings = settings
         self.retry = retry
         self.kind, self.client = create_client(settings, socket_timeout_s=socket_timeout_s)
+        # a single script call of a standalone Redis: on a connection of its own (direct.py)
+        self.direct = DirectLine(self.client.connection_pool) if self.kind == "standalone" else None
         self.scripts = load_all()
         self._server_version: tuple[int, ...] | None = None
         self._refresh_after = 0.0
@@ -160,6 +163,8 @@ class Connection:
             if len(commands) == 1 and self.kind != "cluster":
                 # the common case, one command: without a pipeline's machinery
                 try:
+                    if self.direct is not None:
+                        return await self.direct.call(pack(commands[0]))
                     return await self.client.execute_command(*commands[0])
                 except rex.NoScriptError:
                     await self.load_scripts(None)
@@ -208,4 +213,6 @@ class Connection:
 
     async def close(self) -> None:
         """Close the connection pool."""
+        if self.direct is not None:
+            await self.direct.close()
         await self.client.aclose()

@@ -146,3 +146,17 @@ def test_a_socket_that_is_not_a_sidecar_is_named_as_such(
     assert f"unix://{other} is not a taskstate sidecar (it does not speak gRPC" in str(e.value)
     r = cli(run_dir, "ls", "--sidecar", f"unix://{other}")
     assert r.returncode == 1 and "is not a taskstate sidecar" in r.stderr, r.stderr
+
+
+def test_the_frame_lane_is_refused_with_the_sidecar_to_pass_and_not_listed(
+    one_plugin_sidecar: SidecarProcess, run_dir: Path, namespace: str
+) -> None:
+    lane = run_dir / f"jvm-{os.getpid()}.frames.sock"
+    assert lane.is_socket()  # the plugin's sidecar serves its lane beside it
+    assert plugin_sidecars(str(run_dir)) == [one_plugin_sidecar.target]
+    r = cli(run_dir, "ls", "--sidecar", f"unix://{lane}")
+    assert r.returncode == 1, r.stderr
+    assert f"give the sidecar's own socket, {one_plugin_sidecar.target}" in r.stderr, r.stderr
+    with pytest.raises(ConfigError, match="frame lane"):
+        TaskState(LocalContext(0, batch_id=0), component="c", namespace=namespace,
+                  sidecar=f"unix://{lane}")  # fmt: skip

@@ -1,0 +1,133 @@
+"""One connection kept aside for the hot path's single commands (a task's Open and Commit).
+
+redis-py's `execute_command` costs the sidecar about 110-190 µs of CPU per command on this
+kind of machine (a pool checkout, a retry wrapper, a task made by `asyncio.wait_for` for
+each send, a timeout around each read), against about 55 µs for the same EVALSHA written
+to a socket and its reply read by hiredis (docs/benchmarks.md, figure 19). `DirectLine`
+takes one connection from redis-py's pool (so connecting, TLS, AUTH and SELECT stay
+redis-py's), writes commands to it as they come and reads their replies in order in one
+task, each reply to the caller that waits for it.
+
+A reply belongs to the command at the head of the queue, so nothing may leave the queue
+out of turn: a caller cancelled while it waits (the retry policy's deadline) drops the
+whole connection, and every other caller waiting on it gets a ConnectionError, which the
+retry policy repeats (every script is idempotent). The next command connects again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from typing import Any
+
+import hiredis
+import redis.exceptions as rex
+from redis._parsers.base import BaseParser
+
+
+class DirectLine:
+    """Commands on one connection of `pool`, answered in order."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self._conn: Any = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._waiting: deque[asyncio.Future[Any]] = deque()
+        self._reading: asyncio.Task[None] | None = None
+        self._connecting: asyncio.Lock | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+
+    async def call(self, pieces: list[bytes]) -> Any:
+        """Send one packed command; its reply (a Redis error reply raised as redis-py's)."""
+        writer = self._writer
+        if writer is None:
+            writer = await self._connect()
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting.append(future)
+        if len(pieces) == 1:
+            writer.write(pieces[0])
+        else:
+            writer.writelines(pieces)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            self._drop(rex.ConnectionError("a command was abandoned while Redis had it"))
+            raise
+
+    async def _connect(self) -> asyncio.StreamWriter:
+        if self._connecting is None:
+            self._connecting = asyncio.Lock()
+        async with self._connecting:
+            if self._writer is not None:
+                return self._writer
+            conn = await self.pool.get_connection()
+            # redis-py's streams, connected, authenticated and ready (redis is pinned in
+            # requirements/constraints.txt; tests/integration/sidecar/test_direct_line.py)
+            reader: asyncio.StreamReader | None = conn._reader  # noqa: SLF001
+            writer: asyncio.StreamWriter | None = conn._writer  # noqa: SLF001
+            if reader is None or writer is None:  # pragma: no cover - get_connection connects
+                await self.pool.release(conn)
+                raise rex.ConnectionError("redis-py gave a connection that is not connected")
+            self._conn, self._writer = conn, writer
+            self._reading = asyncio.create_task(self._read(reader))
+            return writer
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        parser = hiredis.Reader(
+            protocolError=rex.InvalidResponse, replyError=BaseParser.parse_error
+        )
+        waiting = self._waiting
+        try:
+            while True:
+                data = await reader.read(1 << 16)
+                if not data:
+                    raise rex.ConnectionError("Redis closed the connection")
+                parser.feed(data)
+                while (reply := parser.gets()) is not False:
+                    if not waiting:
+                        raise rex.InvalidResponse("Redis sent a reply nobody asked for")
+                    future = waiting.popleft()
+                    if future.done():
+                        continue
+                    if isinstance(reply, Exception):  # an error reply, as redis-py raises it
+                        future.set_exception(reply)
+                    else:
+                        future.set_result(reply)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._drop(exc if isinstance(exc, rex.RedisError) else rex.ConnectionError(str(exc)))
+
+    def _drop(self, error: Exception) -> None:
+        """Forget the connection (closed in the background): each caller waiting gets `error`."""
+        conn = self._forget(error)
+        if conn is not None:
+            task = asyncio.get_running_loop().create_task(self._give_back(conn))
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
+
+    def _forget(self, error: Exception) -> Any:
+        conn, self._conn, self._writer = self._conn, None, None
+        reading, self._reading = self._reading, None
+        waiting, self._waiting = self._waiting, deque()
+        for future in waiting:
+            if not future.done():
+                future.set_exception(error)
+        if reading is not None and reading is not asyncio.current_task():
+            reading.cancel()
+        return conn
+
+    async def _give_back(self, conn: Any) -> None:
+        with contextlib.suppress(Exception):
+            await conn.disconnect()
+        with contextlib.suppress(Exception):
+            await self.pool.release(conn)
+
+    async def close(self) -> None:
+        """Drop the connection (the sidecar is stopping)."""
+        conn = self._forget(rex.ConnectionError("the sidecar is stopping"))
+        if conn is not None:
+            await self._give_back(conn)
+        if self._closing:
+            await asyncio.wait(list(self._closing), timeout=5)

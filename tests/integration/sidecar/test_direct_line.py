@@ -1,0 +1,125 @@
+"""The sidecar's direct line to Redis (storage/redis/direct.py), against a real redis-server.
+
+Replies are matched to commands by their order alone, so these tests break the order on
+purpose: many callers at once, error replies among them, a caller abandoned while Redis
+holds its command, Redis killed under a waiting caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+import redis.asyncio as aioredis
+import redis.exceptions as rex
+
+from taskstate.sidecar.storage.redis.connect import pack
+from taskstate.sidecar.storage.redis.direct import DirectLine
+from taskstate.testing import RedisServer
+
+pytestmark = pytest.mark.integration
+
+
+def line_to(r: RedisServer) -> tuple[aioredis.Redis, DirectLine]:
+    client = aioredis.Redis(unix_socket_path=str(r.socket))
+    return client, DirectLine(client.connection_pool)
+
+
+def test_many_callers_at_once_each_get_their_own_reply(redis_server: RedisServer) -> None:
+    async def run() -> None:
+        client, line = line_to(redis_server)
+        try:
+            calls = []
+            for i in range(500):
+                if i % 7 == 3:  # an error reply among the others
+                    calls.append(line.call(pack(("EVALSHA", "0" * 40, 0))))
+                else:
+                    calls.append(line.call(pack(("ECHO", f"v{i}"))))
+            replies = await asyncio.gather(*calls, return_exceptions=True)
+            for i, reply in enumerate(replies):
+                if i % 7 == 3:
+                    assert isinstance(reply, rex.NoScriptError), (i, reply)
+                else:
+                    assert reply == f"v{i}".encode(), (i, reply)
+            # a large argument, sent in pieces
+            big = b"x" * (1 << 20)
+            assert await line.call(pack(("ECHO", big))) == big
+        finally:
+            await line.close()
+            await client.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_caller_abandoned_mid_command_never_hands_its_reply_to_the_next(
+    redis_server: RedisServer,
+) -> None:
+    async def run() -> None:
+        client, line = line_to(redis_server)
+        try:
+            assert await line.call(pack(("ECHO", "warm"))) == b"warm"
+            # Redis holds the line's next commands for 0.5 s
+            busy = threading.Thread(
+                target=lambda: redis_server.client().execute_command("DEBUG", "SLEEP", "0.5")
+            )
+            busy.start()
+            await asyncio.sleep(0.1)
+            other = asyncio.ensure_future(line.call(pack(("ECHO", "other"))))
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(line.call(pack(("ECHO", "abandoned"))), 0.1)
+            # the caller beside it lost the connection too: it may retry, never misread
+            with pytest.raises(rex.ConnectionError):
+                await other
+            busy.join()
+            # a new connection: each reply its own, nothing late from before
+            for i in range(20):
+                assert await line.call(pack(("ECHO", f"after{i}"))) == f"after{i}".encode()
+        finally:
+            await line.close()
+            await client.aclose()
+
+    asyncio.run(run())
+
+
+def test_redis_killed_under_a_waiting_caller_then_back(redis_server: RedisServer) -> None:
+    async def run() -> None:
+        client, line = line_to(redis_server)
+        try:
+            assert await line.call(pack(("SET", "k", "1"))) == b"OK"
+            busy = threading.Thread(
+                target=lambda: _ignore(
+                    lambda: redis_server.client().execute_command("DEBUG", "SLEEP", "1")
+                )
+            )
+            busy.start()
+            await asyncio.sleep(0.1)
+            waiting = asyncio.ensure_future(line.call(pack(("INCR", "k"))))
+            await asyncio.sleep(0.1)
+            redis_server.kill()
+            with pytest.raises(rex.ConnectionError):
+                await asyncio.wait_for(waiting, 10)
+            busy.join()
+            redis_server.start()
+            deadline = time.monotonic() + 10
+            while True:  # the next call connects again once Redis is back
+                try:
+                    assert await line.call(pack(("PING",))) == b"PONG"
+                    break
+                except rex.ConnectionError:
+                    if time.monotonic() > deadline:
+                        raise
+                    await asyncio.sleep(0.1)
+        finally:
+            await line.close()
+            await client.aclose()
+
+    asyncio.run(run())
+
+
+def _ignore(fn: object) -> None:
+    try:
+        fn()  # type: ignore[operator]
+    except Exception:  # noqa: S110 - Redis is killed under this call on purpose
+        pass
