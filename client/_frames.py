@@ -40,10 +40,15 @@ class FrameLane:
         self.path = path
         self._token = token.encode() if token else b""
         self._local = threading.local()
+        self._paused_until = 0.0
 
-    def available(self) -> bool:
-        """Whether the sidecar serves the lane (its socket exists)."""
-        return os.path.exists(self.path)
+    # after a connection could not be made, the lane is not tried again for this long
+    # (a sidecar without one, or a restart under way: gRPC serves meanwhile)
+    PAUSE_S = 1.0
+
+    def open_now(self) -> bool:
+        """Whether to try the lane now (not within PAUSE_S of a failed connection)."""
+        return self._paused_until == 0.0 or time.monotonic() >= self._paused_until
 
     def _socket(self, timeout_s: float) -> socket.socket:
         local = self._local
@@ -57,6 +62,7 @@ class FrameLane:
             sock.connect(self.path)
         except OSError as exc:
             sock.close()
+            self._paused_until = time.monotonic() + self.PAUSE_S
             raise LaneUnreachableError(f"cannot connect to {self.path}: {exc}") from None
         local.sock, local.pid = sock, os.getpid()
         return sock

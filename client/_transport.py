@@ -199,7 +199,7 @@ class GrpcTransport:
         """A unary call: on the frame lane when the sidecar serves one, else over gRPC."""
         grpc_call: Callable[..., T] = getattr(self.stub, method)
         lane = self._lane()
-        if lane is None:
+        if lane is None or not lane.open_now():
             return self._call(
                 task, lambda: grpc_call(req, timeout=self.timeout_s, wait_for_ready=True)
             )

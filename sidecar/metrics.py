@@ -22,13 +22,14 @@ _LATENCY = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 
 
 REQUESTS = Counter(
     "taskstate_requests",
-    "gRPC requests answered, by method and outcome code ('ok' or a taskstate error code).",
+    "Requests answered (gRPC or the frame lane), by method and outcome code ('ok' or a "
+    "taskstate error code).",
     ["method", "code"],
     registry=REGISTRY,
 )
 IN_FLIGHT = Gauge(
     "taskstate_requests_in_flight",
-    "gRPC requests being served now, by method.",
+    "Requests being served now (gRPC or the frame lane), by method.",
     ["method"],
     registry=REGISTRY,
 )
