@@ -105,6 +105,15 @@ def plugin_sidecar(env: Mapping[str, str]) -> str | None:
     return None
 
 
+def _refuse_the_lane(spec: str, path: str) -> None:
+    if path.endswith(frames.SUFFIX):
+        raise ConfigError(
+            f"sidecar {spec!r} is a sidecar's frame lane, which the client finds by "
+            f"itself: give the sidecar's own socket, unix://"
+            f"{path.removesuffix(frames.SUFFIX)}.sock"
+        )
+
+
 def grpc_target(spec: str) -> str:
     """`unix:///path`, `tcp://host:port` or `host:port` -> a gRPC target string."""
     if spec.startswith("unix://"):
@@ -117,14 +126,10 @@ def grpc_target(spec: str) -> str:
                 f"sidecar: its executor's sidecar is unix://{path.removesuffix(BARRIER_SUFFIX)}"
                 ".sock"
             )
-        if path.endswith(frames.SUFFIX):
-            raise ConfigError(
-                f"sidecar {spec!r} is a sidecar's frame lane, which the client finds by "
-                f"itself: give the sidecar's own socket, unix://"
-                f"{path.removesuffix(frames.SUFFIX)}.sock"
-            )
+        _refuse_the_lane(spec, path)
         return f"unix:{path}"
     if spec.startswith("unix:"):
+        _refuse_the_lane(spec, spec[len("unix:") :])
         return spec
     if spec.startswith("tcp://"):
         spec = spec[len("tcp://") :]

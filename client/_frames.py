@@ -29,6 +29,10 @@ class LaneDownError(Exception):
     """The lane's socket failed mid-call (reset, timed out, or closed mid-answer)."""
 
 
+class _TooLargeError(LaneDownError):
+    """An answer over the client's limit (the socket is dropped: it is not read)."""
+
+
 class LaneUnreachableError(Exception):
     """No connection to the lane (no sidecar there now, or a stale socket): nothing sent."""
 
@@ -73,17 +77,32 @@ class FrameLane:
         if sock is not None and self._local.pid == os.getpid():
             sock.close()
 
-    def call(self, method: str, message: bytes, timeout_s: float) -> bytes:
-        """One call: the response message, or FrameStatusError / LaneDownError."""
+    def call(self, method: str, message: bytes, timeout_s: float, max_bytes: int) -> bytes:
+        """One call: the response message, or FrameStatusError / LaneDownError.
+
+        The sidecar ends the call when `timeout_s` passes, as gRPC's deadline does. An
+        answer over `max_bytes` is refused as gRPC refuses to receive it.
+        """
         deadline = time.monotonic() + timeout_s
         sock = self._socket(timeout_s)
+        frame = b""
         try:
             sock.settimeout(timeout_s)
-            sock.sendall(frames.request(frames.METHODS[method], self._token, message))
-            frame = _read_frame(sock, deadline)
+            sock.sendall(
+                frames.request(frames.METHODS[method], self._token, message, int(timeout_s * 1000))
+            )
+            frame = _read_frame(sock, deadline, max_bytes)
+        except _TooLargeError as exc:
+            self._drop()
+            raise FrameStatusError(frames.RESOURCE_EXHAUSTED, "", str(exc)) from None
         except (OSError, LaneDownError) as exc:
             self._drop()
             raise LaneDownError(f"{self.path}: {exc or type(exc).__name__}") from None
+        except BaseException:
+            # anything else (an interrupt, a signal handler's exception): the answer is
+            # still owed on this socket, and must never be read as the next call's
+            self._drop()
+            raise
         status = frame[0]
         body = frame[1:]
         if status != frames.OK:
@@ -92,12 +111,17 @@ class FrameLane:
         return body
 
 
-def _read_frame(sock: socket.socket, deadline: float) -> bytes:
+def _read_frame(sock: socket.socket, deadline: float, max_bytes: int) -> bytes:
     """One response frame without its length (a small one in a single recv)."""
     first = _recv(sock, 1 << 16, deadline)
     while len(first) < frames.LENGTH.size:
         first += _recv(sock, 1 << 16, deadline)
     (n,) = frames.LENGTH.unpack_from(first)
+    if n > max_bytes + 1:
+        raise _TooLargeError(
+            f"the answer of {n - 1} bytes is over the client's TASKSTATE_MAX_MESSAGE_BYTES "
+            f"{max_bytes}"
+        )
     end = frames.LENGTH.size + n
     if len(first) >= end:
         if len(first) > end:

@@ -197,21 +197,23 @@ class GrpcTransport:
 
     def _unary(self, method: str, req: Any, task: str, parse: Callable[[bytes], T]) -> T:
         """A unary call: on the frame lane when the sidecar serves one, else over gRPC."""
-        grpc_call: Callable[..., T] = getattr(self.stub, method)
+
+        def grpc_call() -> T:
+            fn: Callable[..., T] = getattr(self.stub, method)
+            return fn(req, timeout=self.timeout_s, wait_for_ready=True)
+
         lane = self._lane()
         if lane is None or not lane.open_now():
-            return self._call(
-                task, lambda: grpc_call(req, timeout=self.timeout_s, wait_for_ready=True)
-            )
+            return self._call(task, grpc_call)
         data = req.SerializeToString()
 
         def attempt() -> T:
             try:
-                return parse(lane.call(method, data, self.timeout_s))
+                return parse(lane.call(method, data, self.timeout_s, self.max_message_bytes))
             except LaneUnreachableError:
                 # nothing was sent: a sidecar starting, or one without the lane (a stale
                 # socket) -- gRPC waits for it as every call always did
-                return grpc_call(req, timeout=self.timeout_s, wait_for_ready=True)
+                return grpc_call()
 
         return self._call(task, attempt)
 

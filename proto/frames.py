@@ -9,14 +9,16 @@ stay on gRPC. The same guard serves both: tokens, limits, metrics and error code
 
 One call at a time per connection, in order:
 
-    request:  u32 length of the rest | u8 method | u16 n | n bytes: the token (UTF-8,
-              empty without one) | the request message
+    request:  u32 length of the rest | u8 method | u32 the call's deadline, ms from now |
+              u16 n | n bytes: the token (UTF-8, empty without one) | the request message
     response: u32 length of the rest | u8 status (a gRPC status code, 0 = OK) | either the
               response message, or u16 n | n bytes: the taskstate code | the details (UTF-8)
 
 Lengths are big-endian. A request longer than the sidecar's --max-message-bytes is read
 and thrown away, then refused with RESOURCE_EXHAUSTED (code LIMIT); the connection serves
-on.
+on. An answer longer than it is refused the same way, as gRPC refuses to send it. As
+gRPC's deadline does, the deadline ends the call in the sidecar when the client stops
+waiting for it (DEADLINE_EXCEEDED), so a call given up on never lands after its retry.
 """
 
 from __future__ import annotations
@@ -30,11 +32,14 @@ METHODS: dict[str, int] = {"Open": 1, "Commit": 2, "MultiGet": 3, "Describe": 4}
 NAMES: dict[int, str] = {v: k for k, v in METHODS.items()}
 
 LENGTH = struct.Struct(">I")
-REQUEST_HEAD = struct.Struct(">IBH")  # length, method, token length
+REQUEST_HEAD = struct.Struct(">IBIH")  # length, method, deadline ms, token length
+_AFTER_LENGTH = REQUEST_HEAD.size - 4
 RESPONSE_HEAD = struct.Struct(">IB")  # length, status
 ERROR_HEAD = struct.Struct(">H")  # taskstate code length
 
 OK = 0
+DEADLINE_EXCEEDED = 4
+UNAVAILABLE = 14
 UNIMPLEMENTED = 12  # gRPC's code for a method the sidecar does not serve
 RESOURCE_EXHAUSTED = 8
 INVALID_ARGUMENT = 3
@@ -48,9 +53,12 @@ def lane_path(socket_path: str) -> str:
     return socket_path.removesuffix(".sock") + SUFFIX
 
 
-def request(method: int, token: bytes, message: bytes) -> bytes:
+def request(method: int, token: bytes, message: bytes, deadline_ms: int = 30_000) -> bytes:
     """One request frame."""
-    return REQUEST_HEAD.pack(3 + len(token) + len(message), method, len(token)) + token + message
+    head = REQUEST_HEAD.pack(
+        _AFTER_LENGTH + len(token) + len(message), method, deadline_ms, len(token)
+    )
+    return head + token + message
 
 
 def error_body(code: str, details: str) -> bytes:

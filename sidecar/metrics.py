@@ -33,6 +33,11 @@ IN_FLIGHT = Gauge(
     ["method"],
     registry=REGISTRY,
 )
+FRAME_CONNECTIONS = Gauge(
+    "taskstate_frame_lane_connections",
+    "Client connections open on the frame lane (a task's calls without gRPC).",
+    registry=REGISTRY,
+)
 COMMITS = Counter(
     "taskstate_commits",
     "Commits applied (acknowledged to the client).",

@@ -9,6 +9,7 @@ error codes are those of gRPC; only the transport differs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ import grpc
 
 from taskstate.proto import codes, frames
 
+from .. import metrics
 from .service import UnaryCall
 
 log = logging.getLogger("taskstate.sidecar")
@@ -76,6 +78,7 @@ class FrameLane:
         self._servers: list[asyncio.AbstractServer] = []
         self._connections: set[asyncio.Task[None]] = set()
         self._busy: set[asyncio.Task[None]] = set()  # connections inside a call
+        self._stopping = False
 
     async def listen(self, path: Path) -> None:
         """Serve on `path` (a stale socket there is replaced)."""
@@ -85,9 +88,11 @@ class FrameLane:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         me = asyncio.current_task()
-        if me is None:  # pragma: no cover - asyncio runs each connection in a task
+        if me is None or self._stopping:  # stopping: no new connection is served
+            writer.close()
             return
         self._connections.add(me)
+        metrics.FRAME_CONNECTIONS.inc()
         try:
             while True:
                 head = await reader.readexactly(frames.LENGTH.size)
@@ -109,6 +114,9 @@ class FrameLane:
                     writer.write(await self._answer(body))
                 finally:
                     self._busy.discard(me)
+                if self._stopping:  # the call is answered; the client's next goes elsewhere
+                    await writer.drain()
+                    return
                 if writer.transport.get_write_buffer_size() > 1 << 16:
                     await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
@@ -117,29 +125,49 @@ class FrameLane:
             pass  # the sidecar is stopping
         finally:
             self._connections.discard(me)
+            metrics.FRAME_CONNECTIONS.dec()
             writer.close()
 
     async def _answer(self, body: bytes) -> bytes:
-        if len(body) < 3:
+        head = frames.REQUEST_HEAD.size - frames.LENGTH.size
+        if len(body) < head:
             return _error(frames.INVALID_ARGUMENT, codes.INVALID_ARGUMENT, "a frame too short")
-        method, tlen = body[0], int.from_bytes(body[1:3], "big")
+        _, method, deadline_ms, tlen = frames.REQUEST_HEAD.unpack_from(b"\0\0\0\0" + body[:head])
         call = self.calls.get(method)
         if call is None:
             return _error(
                 frames.UNIMPLEMENTED, "", f"method {method} is not served on the frame lane"
             )
-        ctx = FrameContext(body[3 : 3 + tlen])
+        ctx = FrameContext(body[head : head + tlen])
         try:
-            reply: Any = await call.handle(call.parse(body[3 + tlen :]), ctx)
+            async with asyncio.timeout(deadline_ms / 1000):
+                reply: Any = await call.handle(call.parse(body[head + tlen :]), ctx)
         except _AbortedError as exc:
             return _error(exc.status, exc.code, exc.details)
+        except TimeoutError:
+            return _error(frames.DEADLINE_EXCEEDED, "", "the call's deadline passed")
         out = call.serialize(reply)
+        if len(out) > self.max_message_bytes:
+            return _error(
+                frames.RESOURCE_EXHAUSTED,
+                "",
+                f"the answer of {len(out)} bytes is over the sidecar's --max-message-bytes "
+                f"{self.max_message_bytes}",
+            )
         return frames.RESPONSE_HEAD.pack(1 + len(out), frames.OK) + out
 
     async def stop(self, grace_s: float) -> None:
-        """Stop accepting; let calls under way finish (within `grace_s`); close the rest."""
+        """Stop accepting; let calls under way finish (within `grace_s`); close the rest.
+
+        As gRPC's stop: no new call is served from here on (an idle connection is closed
+        now, a busy one once its call is answered), and the client's retry finds the
+        next sidecar.
+        """
+        self._stopping = True
         for s in self._servers:
             s.close()
+        for t in list(self._connections - self._busy):
+            t.cancel()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
         while self._busy and loop.time() < deadline:
@@ -149,4 +177,5 @@ class FrameLane:
         if self._connections:
             await asyncio.wait(list(self._connections), timeout=1.0)
         for s in self._servers:  # after the connections: from 3.12 it waits for them
-            await s.wait_closed()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(s.wait_closed(), 1.0)

@@ -12,6 +12,9 @@ A reply belongs to the command at the head of the queue, so nothing may leave th
 out of turn: a caller cancelled while it waits (the retry policy's deadline) drops the
 whole connection, and every other caller waiting on it gets a ConnectionError, which the
 retry policy repeats (every script is idempotent). The next command connects again.
+What Redis sends unasked is no reply: RESP3 push messages (client tracking, a managed
+service's maintenance notices) are skipped, and "not enough data yet" is a sentinel of its
+own, never `False` (a RESP3 boolean).
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ import hiredis
 import redis.exceptions as rex
 from redis._parsers.base import BaseParser
 
+_MORE = object()  # hiredis' "not enough data yet" (its default, False, is a RESP3 reply)
+_PUSH: type = getattr(hiredis, "PushNotification", type(None))
+
 
 class DirectLine:
     """Commands on one connection of `pool`, answered in order."""
@@ -37,6 +43,7 @@ class DirectLine:
         self._reading: asyncio.Task[None] | None = None
         self._connecting: asyncio.Lock | None = None
         self._closing: set[asyncio.Task[None]] = set()
+        self._closed = False
 
     async def call(self, pieces: list[bytes]) -> Any:
         """Send one packed command; its reply (a Redis error reply raised as redis-py's)."""
@@ -44,7 +51,8 @@ class DirectLine:
         if writer is None:
             writer = await self._connect()
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._waiting.append(future)
+        waiting = self._waiting
+        waiting.append(future)
         if len(pieces) == 1:
             writer.write(pieces[0])
         else:
@@ -52,7 +60,9 @@ class DirectLine:
         try:
             return await future
         except asyncio.CancelledError:
-            self._drop(rex.ConnectionError("a command was abandoned while Redis had it"))
+            # its reply is still owed (a reply already given: the future holds a result)
+            if waiting is self._waiting and (future.cancelled() or not future.done()):
+                self._drop(rex.ConnectionError("a command was abandoned while Redis had it"))
             raise
 
     async def _connect(self) -> asyncio.StreamWriter:
@@ -61,7 +71,12 @@ class DirectLine:
         async with self._connecting:
             if self._writer is not None:
                 return self._writer
+            if self._closed:
+                raise rex.ConnectionError("the sidecar is stopping")
             conn = await self.pool.get_connection()
+            if self._closed:  # closed while connecting
+                await self._give_back(conn)
+                raise rex.ConnectionError("the sidecar is stopping")
             # redis-py's streams, connected, authenticated and ready (redis is pinned in
             # requirements/constraints.txt; tests/integration/sidecar/test_direct_line.py)
             reader: asyncio.StreamReader | None = conn._reader  # noqa: SLF001
@@ -75,7 +90,9 @@ class DirectLine:
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
         parser = hiredis.Reader(
-            protocolError=rex.InvalidResponse, replyError=BaseParser.parse_error
+            protocolError=rex.InvalidResponse,
+            replyError=BaseParser.parse_error,
+            notEnoughData=_MORE,
         )
         waiting = self._waiting
         try:
@@ -84,7 +101,9 @@ class DirectLine:
                 if not data:
                     raise rex.ConnectionError("Redis closed the connection")
                 parser.feed(data)
-                while (reply := parser.gets()) is not False:
+                while (reply := parser.gets()) is not _MORE:
+                    if reply.__class__ is _PUSH:
+                        continue  # sent unasked: not the answer to anything
                     if not waiting:
                         raise rex.InvalidResponse("Redis sent a reply nobody asked for")
                     future = waiting.popleft()
@@ -126,6 +145,7 @@ class DirectLine:
 
     async def close(self) -> None:
         """Drop the connection (the sidecar is stopping)."""
+        self._closed = True
         conn = self._forget(rex.ConnectionError("the sidecar is stopping"))
         if conn is not None:
             await self._give_back(conn)

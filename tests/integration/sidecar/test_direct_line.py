@@ -8,7 +8,6 @@ holds its command, Redis killed under a waiting caller.
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 
 import pytest
@@ -23,8 +22,34 @@ pytestmark = pytest.mark.integration
 
 
 def line_to(r: RedisServer) -> tuple[aioredis.Redis, DirectLine]:
-    client = aioredis.Redis(unix_socket_path=str(r.socket))
+    client = aioredis.Redis(unix_socket_path=str(r.socket), protocol=3)
     return client, DirectLine(client.connection_pool)
+
+
+def test_what_redis_sends_unasked_is_no_reply(redis_server: RedisServer) -> None:
+    """RESP3 pushes (here client tracking's invalidations) arrive between replies, and a
+    RESP3 false is a reply: neither may shift the replies onto the wrong callers."""
+
+    async def run() -> None:
+        client, line = line_to(redis_server)
+        other = redis_server.client()
+        try:
+            assert await line.call(pack(("CLIENT", "TRACKING", "ON"))) == b"OK"
+            for i in range(20):
+                other.set(f"tracked{i}", i)
+                assert await line.call(pack(("GET", f"tracked{i}"))) == str(i).encode()
+                other.set(f"tracked{i}", -i)  # Redis pushes an invalidation to the line
+            false = pack(("EVAL", "redis.setresp(3); return false", 0))
+            replies = await asyncio.gather(
+                *(line.call(pack(("ECHO", f"v{i}"))) if i % 2 else line.call(false)
+                  for i in range(40))
+            )  # fmt: skip
+            assert replies == [f"v{i}".encode() if i % 2 else False for i in range(40)]
+        finally:
+            await line.close()
+            await client.aclose()
+
+    asyncio.run(run())
 
 
 def test_many_callers_at_once_each_get_their_own_reply(redis_server: RedisServer) -> None:
@@ -60,19 +85,15 @@ def test_a_caller_abandoned_mid_command_never_hands_its_reply_to_the_next(
         client, line = line_to(redis_server)
         try:
             assert await line.call(pack(("ECHO", "warm"))) == b"warm"
-            # Redis holds the line's next commands for 0.5 s
-            busy = threading.Thread(
-                target=lambda: redis_server.client().execute_command("DEBUG", "SLEEP", "0.5")
-            )
-            busy.start()
-            await asyncio.sleep(0.1)
+            # Redis holds the line's next commands for 0.5 s (from the moment it answers)
+            redis_server.client().execute_command("CLIENT", "PAUSE", "500", "ALL")
             other = asyncio.ensure_future(line.call(pack(("ECHO", "other"))))
             with pytest.raises(TimeoutError):
                 await asyncio.wait_for(line.call(pack(("ECHO", "abandoned"))), 0.1)
             # the caller beside it lost the connection too: it may retry, never misread
             with pytest.raises(rex.ConnectionError):
                 await other
-            busy.join()
+            await asyncio.sleep(0.5)
             # a new connection: each reply its own, nothing late from before
             for i in range(20):
                 assert await line.call(pack(("ECHO", f"after{i}"))) == f"after{i}".encode()
@@ -88,19 +109,13 @@ def test_redis_killed_under_a_waiting_caller_then_back(redis_server: RedisServer
         client, line = line_to(redis_server)
         try:
             assert await line.call(pack(("SET", "k", "1"))) == b"OK"
-            busy = threading.Thread(
-                target=lambda: _ignore(
-                    lambda: redis_server.client().execute_command("DEBUG", "SLEEP", "1")
-                )
-            )
-            busy.start()
-            await asyncio.sleep(0.1)
+            redis_server.client().execute_command("CLIENT", "PAUSE", "5000", "ALL")
             waiting = asyncio.ensure_future(line.call(pack(("INCR", "k"))))
             await asyncio.sleep(0.1)
+            assert not waiting.done()  # Redis holds it
             redis_server.kill()
             with pytest.raises(rex.ConnectionError):
                 await asyncio.wait_for(waiting, 10)
-            busy.join()
             redis_server.start()
             deadline = time.monotonic() + 10
             while True:  # the next call connects again once Redis is back
@@ -116,10 +131,3 @@ def test_redis_killed_under_a_waiting_caller_then_back(redis_server: RedisServer
             await client.aclose()
 
     asyncio.run(run())
-
-
-def _ignore(fn: object) -> None:
-    try:
-        fn()  # type: ignore[operator]
-    except Exception:  # noqa: S110 - Redis is killed under this call on purpose
-        pass

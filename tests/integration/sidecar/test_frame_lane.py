@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from taskstate.client import (
+    LimitError,
     LocalContext,
     PermissionDeniedError,
     SidecarUnavailableError,
@@ -191,18 +192,18 @@ def test_a_sidecar_killed_mid_commit_on_the_lane_commits_once_after_restart(
         st = ts(side.target, namespace, 2)
         st.__enter__()
         st["n"] = st["n"] + 1
-        # Redis busy for 1 s: the commit is in the sidecar's hands when it dies
-        busy = redis_server.client()
-        hold = threading.Thread(target=lambda: busy.execute_command("DEBUG", "SLEEP", "1"))
-        hold.start()
-        time.sleep(0.1)
+        # Redis holds every command for 1 s: the commit is in the sidecar's hands when it dies
+        redis_server.client().execute_command("CLIENT", "PAUSE", "1000", "ALL")
         killer = threading.Timer(0.3, side.kill, args=(signal.SIGKILL,))
         restarter = threading.Timer(1.5, side.start)
         killer.start()
         restarter.start()
+        t0 = time.monotonic()
         st.__exit__(None, None, None)
-        for t in (hold, killer, restarter):
+        took = time.monotonic() - t0
+        for t in (killer, restarter):
             t.join()
+        assert took >= 1.4, f"the commit was done in {took:.2f} s, before the sidecar died"
         assert data_of(redis_server, namespace) == {b"n": b"2"}
         assert int(redis_server.client().hget(meta_key(namespace, "c", 0), "batch")) == 2
     finally:
@@ -327,6 +328,37 @@ def test_bad_frames_are_refused_and_the_connection_serves_on(
         side.kill()
 
 
+def test_a_call_the_client_gave_up_on_ends_in_the_sidecar(
+    redis_server: RedisServer, tmp_path: Path, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a gRPC deadline: the sidecar stops retrying Redis for a call nobody waits for,
+    so it cannot land after the client's retry (or its next change set)."""
+    side = SidecarProcess(
+        redis_server.url,
+        tmp_path / "s.sock",
+        extra=["--metrics-port", "0", "--redis-deadline", "20", "--allow-volatile-redis"],
+    ).start()
+    in_flight = 'taskstate_requests_in_flight{method="Commit"}'
+    monkeypatch.setenv("TASKSTATE_TIMEOUT", "1")
+    monkeypatch.setenv("TASKSTATE_RETRY_DEADLINE", "1.5")
+    try:
+        with ts(side.target, namespace, 1) as s:
+            s["n"] = 1
+        st = ts(side.target, namespace, 2)
+        st.__enter__()
+        st["n"] = 2
+        redis_server.kill()  # the sidecar retries Redis for up to 20 s
+        with pytest.raises(SidecarUnavailableError):
+            st.__exit__(None, None, None)
+        deadline = time.monotonic() + 3
+        while side.metrics().get(in_flight, 0) != 0:
+            assert time.monotonic() < deadline, "the sidecar still serves commits given up on"
+            time.sleep(0.1)
+    finally:
+        side.kill()
+        redis_server.start()
+
+
 def _blocks(target: str, ns: str, part: int, n: int) -> None:
     for b in range(n):
         with ts(target, ns, b, part) as s:
@@ -337,15 +369,17 @@ def test_threads_and_forked_children_each_have_their_own_connection(
     sidecar: SidecarProcess, redis_server: RedisServer, namespace: str
 ) -> None:
     _blocks(sidecar.target, namespace, 0, 3)  # this process's thread holds a connection
+    # forked while no other thread runs (a fork beside running threads can inherit a held
+    # lock; PySpark's daemon forks its workers from one thread too)
+    child = multiprocessing.get_context("fork").Process(
+        target=_blocks, args=(sidecar.target, namespace, 3, 40)
+    )
+    child.start()
     threads = [
         threading.Thread(target=_blocks, args=(sidecar.target, namespace, p, 40)) for p in (1, 2)
     ]
     for t in threads:
         t.start()
-    child = multiprocessing.get_context("fork").Process(
-        target=_blocks, args=(sidecar.target, namespace, 3, 40)
-    )
-    child.start()
     _blocks(sidecar.target, namespace, 4, 40)
     child.join(60)
     for t in threads:
@@ -353,3 +387,45 @@ def test_threads_and_forked_children_each_have_their_own_connection(
     assert child.exitcode == 0
     for p in (1, 2, 3, 4):
         assert data_of(redis_server, namespace, p) == {b"n": b"39"}, p
+
+
+def test_the_lane_is_seen_in_the_metrics(
+    metered_sidecar: SidecarProcess, redis_server: RedisServer, namespace: str
+) -> None:
+    ok = 'taskstate_requests_total{code="ok",method="Commit"}'
+    lanes = "taskstate_frame_lane_connections"
+    seen: dict[str, float] = {}
+
+    def block_in_a_new_thread() -> None:  # a new thread: a new connection of its own
+        seen["before"] = metered_sidecar.metrics().get(lanes, 0)
+        before = metered_sidecar.metrics().get(ok, 0)
+        with ts(metered_sidecar.target, namespace, 0) as s:
+            s["n"] = 1
+        after = metered_sidecar.metrics()
+        seen["during"], seen["commits"] = after[lanes], after[ok] - before
+
+    t = threading.Thread(target=block_in_a_new_thread)
+    t.start()
+    t.join(30)
+    assert seen["during"] == seen["before"] + 1  # the thread's calls came over the lane
+    assert seen["commits"] == 1  # and the guard counted them as gRPC's
+    assert data_of(redis_server, namespace) == {b"n": b"1"}
+
+
+@pytest.mark.parametrize("lane", ["on", "off"])
+def test_an_answer_over_the_clients_limit_is_the_same_error_on_both_transports(
+    sidecar: SidecarProcess,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+    lane: str,
+) -> None:
+    import taskstate.client._transport as transport
+
+    with ts(sidecar.target, namespace, 0) as s:
+        s["big"] = "x" * 200_000
+    _cache.sessions.clear()  # the next block reads the key from the sidecar (MultiGet)
+    monkeypatch.setattr(transport, "_lanes", {})
+    monkeypatch.setenv("TASKSTATE_FRAME_LANE", lane)
+    monkeypatch.setenv("TASKSTATE_MAX_MESSAGE_BYTES", str(1 << 16))
+    with pytest.raises(LimitError), ts(sidecar.target, namespace, 1) as s:
+        s.get("big")
