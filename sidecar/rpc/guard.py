@@ -182,38 +182,14 @@ class Guard:
     async def unary(
         self, context: Context, what: str, request: Any, fn: Callable[[Any], Awaitable[T]]
     ) -> T:
-        """Serve one unary call: counted, within the limits, authorized, errors mapped.
-
-        `observed` and `_slot`, written out: this runs twice per task block, and the two
-        context managers cost more than the rest of the guard.
-        """
-        token = REQUEST.set(_request_fields(request))
-        gauge = _in_flight(what)
-        gauge.inc()
-        outcome: list[str] = []
-        try:
+        """Serve one unary call: counted, within the limits, authorized, errors mapped."""
+        with observed(what, request) as outcome:
             try:
-                if self._in_flight >= self.max_in_flight:
-                    raise self._full(what)
-                self._in_flight += 1
-                try:
+                with self._slot(what):
                     self._authorize(context, what, request)
                     return await fn(request)
-                finally:
-                    self._in_flight -= 1
             except Exception as exc:
                 await self._refuse(context, what, request, outcome, exc)
-        except BaseException:
-            if not outcome:
-                outcome.append(codes.INTERNAL)
-            raise
-        finally:
-            gauge.dec()
-            _answered(what, outcome[0] if outcome else "ok").inc()
-            try:
-                REQUEST.reset(token)
-            except ValueError:  # pragma: no cover - reset from another context
-                pass
 
     async def stream(
         self, context: Context, what: str, request: Any, fn: Callable[[Any], AsyncIterator[T]]

@@ -8,7 +8,9 @@ holds its command, Redis killed under a waiting caller.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
@@ -21,9 +23,16 @@ from taskstate.testing import RedisServer
 pytestmark = pytest.mark.integration
 
 
-def line_to(r: RedisServer) -> tuple[aioredis.Redis, DirectLine]:
+@contextlib.asynccontextmanager
+async def line_to(r: RedisServer) -> AsyncIterator[DirectLine]:
+    """A direct line on a RESP3 client of `r` (redis-py 8's default protocol)."""
     client = aioredis.Redis(unix_socket_path=str(r.socket), protocol=3)
-    return client, DirectLine(client.connection_pool)
+    line = DirectLine(client.connection_pool)
+    try:
+        yield line
+    finally:
+        await line.close()
+        await client.aclose()
 
 
 def test_what_redis_sends_unasked_is_no_reply(redis_server: RedisServer) -> None:
@@ -31,9 +40,8 @@ def test_what_redis_sends_unasked_is_no_reply(redis_server: RedisServer) -> None
     RESP3 false is a reply: neither may shift the replies onto the wrong callers."""
 
     async def run() -> None:
-        client, line = line_to(redis_server)
         other = redis_server.client()
-        try:
+        async with line_to(redis_server) as line:
             assert await line.call(pack(("CLIENT", "TRACKING", "ON"))) == b"OK"
             for i in range(20):
                 other.set(f"tracked{i}", i)
@@ -45,17 +53,13 @@ def test_what_redis_sends_unasked_is_no_reply(redis_server: RedisServer) -> None
                   for i in range(40))
             )  # fmt: skip
             assert replies == [f"v{i}".encode() if i % 2 else False for i in range(40)]
-        finally:
-            await line.close()
-            await client.aclose()
 
     asyncio.run(run())
 
 
 def test_many_callers_at_once_each_get_their_own_reply(redis_server: RedisServer) -> None:
     async def run() -> None:
-        client, line = line_to(redis_server)
-        try:
+        async with line_to(redis_server) as line:
             calls = []
             for i in range(500):
                 if i % 7 == 3:  # an error reply among the others
@@ -71,9 +75,6 @@ def test_many_callers_at_once_each_get_their_own_reply(redis_server: RedisServer
             # a large argument, sent in pieces
             big = b"x" * (1 << 20)
             assert await line.call(pack(("ECHO", big))) == big
-        finally:
-            await line.close()
-            await client.aclose()
 
     asyncio.run(run())
 
@@ -82,8 +83,7 @@ def test_a_caller_abandoned_mid_command_never_hands_its_reply_to_the_next(
     redis_server: RedisServer,
 ) -> None:
     async def run() -> None:
-        client, line = line_to(redis_server)
-        try:
+        async with line_to(redis_server) as line:
             assert await line.call(pack(("ECHO", "warm"))) == b"warm"
             # Redis holds the line's next commands for 0.5 s (from the moment it answers)
             redis_server.client().execute_command("CLIENT", "PAUSE", "500", "ALL")
@@ -97,17 +97,13 @@ def test_a_caller_abandoned_mid_command_never_hands_its_reply_to_the_next(
             # a new connection: each reply its own, nothing late from before
             for i in range(20):
                 assert await line.call(pack(("ECHO", f"after{i}"))) == f"after{i}".encode()
-        finally:
-            await line.close()
-            await client.aclose()
 
     asyncio.run(run())
 
 
 def test_redis_killed_under_a_waiting_caller_then_back(redis_server: RedisServer) -> None:
     async def run() -> None:
-        client, line = line_to(redis_server)
-        try:
+        async with line_to(redis_server) as line:
             assert await line.call(pack(("SET", "k", "1"))) == b"OK"
             redis_server.client().execute_command("CLIENT", "PAUSE", "5000", "ALL")
             waiting = asyncio.ensure_future(line.call(pack(("INCR", "k"))))
@@ -126,8 +122,5 @@ def test_redis_killed_under_a_waiting_caller_then_back(redis_server: RedisServer
                     if time.monotonic() > deadline:
                         raise
                     await asyncio.sleep(0.1)
-        finally:
-            await line.close()
-            await client.aclose()
 
     asyncio.run(run())
