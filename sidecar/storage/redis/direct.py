@@ -116,7 +116,9 @@ class DirectLine:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self._drop(exc if isinstance(exc, rex.RedisError) else rex.ConnectionError(str(exc)))
+            if self._reading is asyncio.current_task():  # else its connection was dropped
+                error = exc if isinstance(exc, rex.RedisError) else rex.ConnectionError(str(exc))
+                self._drop(error)
 
     def _drop(self, error: Exception) -> None:
         """Forget the connection (closed in the background): each caller waiting gets `error`."""
