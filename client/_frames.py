@@ -85,7 +85,6 @@ class FrameLane:
         """
         deadline = time.monotonic() + timeout_s
         sock = self._socket(timeout_s)
-        frame = b""
         try:
             sock.settimeout(timeout_s)
             sock.sendall(

@@ -29,17 +29,14 @@ SUFFIX = ".frames.sock"
 
 # method ids on the wire; never reused for another call once released
 METHODS: dict[str, int] = {"Open": 1, "Commit": 2, "MultiGet": 3, "Describe": 4}
-NAMES: dict[int, str] = {v: k for k, v in METHODS.items()}
 
 LENGTH = struct.Struct(">I")
-REQUEST_HEAD = struct.Struct(">IBIH")  # length, method, deadline ms, token length
-_AFTER_LENGTH = REQUEST_HEAD.size - 4
+CALL_HEAD = struct.Struct(">BIH")  # after the length: method, deadline ms, token length
 RESPONSE_HEAD = struct.Struct(">IB")  # length, status
 ERROR_HEAD = struct.Struct(">H")  # taskstate code length
 
 OK = 0
 DEADLINE_EXCEEDED = 4
-UNAVAILABLE = 14
 UNIMPLEMENTED = 12  # gRPC's code for a method the sidecar does not serve
 RESOURCE_EXHAUSTED = 8
 INVALID_ARGUMENT = 3
@@ -55,10 +52,8 @@ def lane_path(socket_path: str) -> str:
 
 def request(method: int, token: bytes, message: bytes, deadline_ms: int = 30_000) -> bytes:
     """One request frame."""
-    head = REQUEST_HEAD.pack(
-        _AFTER_LENGTH + len(token) + len(message), method, deadline_ms, len(token)
-    )
-    return head + token + message
+    size = CALL_HEAD.size + len(token) + len(message)
+    return LENGTH.pack(size) + CALL_HEAD.pack(method, deadline_ms, len(token)) + token + message
 
 
 def error_body(code: str, details: str) -> bytes:
@@ -70,4 +65,5 @@ def error_body(code: str, details: str) -> bytes:
 def parse_error(body: bytes) -> tuple[str, str]:
     """(taskstate code, details) of a failed call's response body."""
     (n,) = ERROR_HEAD.unpack_from(body)
-    return body[2 : 2 + n].decode(), body[2 + n :].decode(errors="replace")
+    end = ERROR_HEAD.size + n
+    return body[ERROR_HEAD.size : end].decode(), body[end:].decode(errors="replace")

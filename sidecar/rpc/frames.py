@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -21,8 +20,6 @@ from taskstate.proto import codes, frames
 
 from .. import metrics
 from .service import UnaryCall
-
-log = logging.getLogger("taskstate.sidecar")
 
 
 class _AbortedError(Exception):
@@ -129,10 +126,10 @@ class FrameLane:
             writer.close()
 
     async def _answer(self, body: bytes) -> bytes:
-        head = frames.REQUEST_HEAD.size - frames.LENGTH.size
+        head = frames.CALL_HEAD.size
         if len(body) < head:
             return _error(frames.INVALID_ARGUMENT, codes.INVALID_ARGUMENT, "a frame too short")
-        _, method, deadline_ms, tlen = frames.REQUEST_HEAD.unpack_from(b"\0\0\0\0" + body[:head])
+        method, deadline_ms, tlen = frames.CALL_HEAD.unpack_from(body)
         call = self.calls.get(method)
         if call is None:
             return _error(

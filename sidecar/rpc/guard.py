@@ -153,18 +153,15 @@ class Guard:
         self.auth = auth  # None: no tokens (the socket's permissions are the gate)
         self._in_flight = 0
 
-    def _full(self, what: str) -> SidecarError:
-        return limit_error(
-            f"{what}: the sidecar is serving {self._in_flight} requests, its limit "
-            f"(--max-in-flight {self.max_in_flight}). Retry shortly; if this is "
-            "steady, run more sidecars or raise --max-in-flight."
-        )
-
     @contextmanager
     def _slot(self, what: str) -> Iterator[None]:
         """Hold one of --max-in-flight request slots; refuse (LIMIT) when none is free."""
         if self._in_flight >= self.max_in_flight:
-            raise self._full(what)
+            raise limit_error(
+                f"{what}: the sidecar is serving {self._in_flight} requests, its limit "
+                f"(--max-in-flight {self.max_in_flight}). Retry shortly; if this is "
+                "steady, run more sidecars or raise --max-in-flight."
+            )
         self._in_flight += 1
         try:
             yield

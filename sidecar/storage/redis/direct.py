@@ -41,7 +41,7 @@ class DirectLine:
         self._writer: asyncio.StreamWriter | None = None
         self._waiting: deque[asyncio.Future[Any]] = deque()
         self._reading: asyncio.Task[None] | None = None
-        self._connecting: asyncio.Lock | None = None
+        self._connecting = asyncio.Lock()  # binds no loop before its first use (3.10+)
         self._closing: set[asyncio.Task[None]] = set()
         self._closed = False
 
@@ -66,8 +66,6 @@ class DirectLine:
             raise
 
     async def _connect(self) -> asyncio.StreamWriter:
-        if self._connecting is None:
-            self._connecting = asyncio.Lock()
         async with self._connecting:
             if self._writer is not None:
                 return self._writer
