@@ -28,6 +28,17 @@ def once(fault_dir: str, name: str) -> bool:
     return True
 
 
+def publish_pid(path: Path) -> None:
+    """Write this worker's executor pid to `path` whole or not at all.
+
+    A test polls for the file and reads it at once: written in place, it could be read
+    between its creation and its text (an empty pid, seen on a loaded CI machine).
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(str(executor_pid() or ""))
+    os.replace(tmp, path)
+
+
 def executor_pid() -> int | None:
     """The executor JVM this worker descends from."""
     for pid in ancestors(os.getpid()):
@@ -46,7 +57,7 @@ def maybe_fault(opts: JobOptions, batch: int, part: int) -> None:
     if batch == opts.kill_worker_at and once(opts.fault_dir, "worker-killed"):
         os.kill(os.getpid(), signal.SIGKILL)  # after the commit, before Spark has the output
     if batch == opts.pause_at and once(opts.fault_dir, "paused"):
-        (Path(opts.fault_dir) / "executor-pid").write_text(str(executor_pid() or ""))
+        publish_pid(Path(opts.fault_dir) / "executor-pid")
         time.sleep(3600)  # the test kills the query or the executor now
     if batch == opts.hold_at and once(opts.fault_dir, "held"):
         # the test breaks something outside Spark (e.g. fails Redis over), then releases us
@@ -135,7 +146,7 @@ def _strike_at_flush(kind: str, opts: JobOptions) -> None:
         ).start()
         time.sleep(0.3)  # Redis is asleep before the flush's commit reaches it
     else:  # executor, restart: the test kills it now
-        (Path(opts.fault_dir) / f"{marker}.pid").write_text(str(executor_pid() or ""))
+        publish_pid(Path(opts.fault_dir) / f"{marker}.pid")
         time.sleep(3600)
 
 
