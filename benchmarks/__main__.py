@@ -36,6 +36,7 @@ FIGURES = {
     "handover": "handover",
     "memory": "memory",
     "groups": "groups",
+    "sessions": "sessions",
     "rescale": "rescale",
     "datasource": "datasource",
     "expiry": "expiry",

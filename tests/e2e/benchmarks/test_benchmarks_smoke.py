@@ -29,6 +29,7 @@ FIGURES = (  # name prefixes of figures checked only for being there
     "block writing 2,000 keys, each with a ttl",
     "restore of 20,000 keys, half expired",
     "block writing 10 keys (Open + Commit)",
+    "sessionization",
 )
 
 
@@ -52,6 +53,8 @@ def test_quick_benchmarks_run_and_report_every_figure(spark_ready: None, tmp_pat
     assert len(hand) == 2 and hand[0]["detail"]["40000_delta_restores"] == 5
     groups = [f for f in result["figures"] if f["name"].startswith("applyInPandasWithState")]
     assert len(groups) == 1 and groups[0]["ours"] > 0 and groups[0]["detail"]["sync_ms"] > 0
+    (sess,) = [f for f in result["figures"] if f["name"].startswith("sessionization")]
+    assert sess["detail"]["closed_sessions"] > 0 and sess["detail"]["calls_per_task_and_batch"] > 0
     (mem,) = [f for f in result["figures"] if f["name"].startswith("executor memory")]
     (moved,) = [f for f in result["figures"] if f["name"].startswith("rescale 20,000 keys")]
     assert moved["ours"] > 0 and moved["baseline"] > 0
