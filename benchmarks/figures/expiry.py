@@ -79,12 +79,12 @@ def commit_with_ttl(target: str, fields: int, repeats: int, redis: Any = None) -
     )  # fmt: skip
 
 
-def restore_half(target: str, keys: int, redis: Any = None, rounds: int = 7) -> Figure:
+def restore_half(target: str, keys: int, redis: Any = None, rounds: int = 11) -> Figure:
     """A restore of a state half of whose keys expired, against the same state whole.
 
     Both states are made first; then each round restores the whole one and the half one
     in turn, in a fresh worker each (eager), and the figure is the median of the rounds'
-    ratios: a slow moment of a noisy machine strikes both restores of a round rather than
+    ratios (11 rounds since 2026-11-26, 7 before): a slow moment of a noisy machine strikes both restores of a round rather than
     one kind (until 2026-11-26 each kind took the best of three in a row, and six runs on
     one machine read 0.48-0.65). Beside it, the same ratio for redis-py's HSCAN of the two
     hashes into a dict (`hscan_ratio`): Redis' own cost of the smaller, sparser hash (a
@@ -114,7 +114,7 @@ def restore_half(target: str, keys: int, redis: Any = None, rounds: int = 7) -> 
                     n = len(s)
                 timed[kind].append(time.perf_counter() - t0)
                 # the block holds its mapping: freed here, not inside the next restore's
-                # timing (a fresh worker frees nothing: until 2026-11-27 each half-expired
+                # timing (a fresh worker frees nothing: until 2026-11-26 each half-expired
                 # restore freed the whole state restored before it, 8 ms per 200,000 keys,
                 # and each whole restore the half one's, 4 ms)
                 del s
