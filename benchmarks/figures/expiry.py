@@ -84,11 +84,12 @@ def restore_half(target: str, keys: int, redis: Any = None, rounds: int = 11) ->
 
     Both states are made first; then each round restores the whole one and the half one
     in turn, in a fresh worker each (eager), and the figure is the median of the rounds'
-    ratios (11 rounds since 2026-11-26, 7 before): a slow moment of a noisy machine strikes both restores of a round rather than
-    one kind (until 2026-11-26 each kind took the best of three in a row, and six runs on
-    one machine read 0.48-0.65). Beside it, the same ratio for redis-py's HSCAN of the two
-    hashes into a dict (`hscan_ratio`): Redis' own cost of the smaller, sparser hash (a
-    hash keeps its table's size until it is nine tenths empty), which a restore cannot beat.
+    ratios (11 rounds; 7 until later on 2026-11-26): a slow moment of a noisy machine
+    strikes both restores of a round rather than one kind (until 2026-11-26 each kind took
+    the best of three in a row, and six runs on one machine read 0.48-0.65). Beside it,
+    the same ratio for redis-py's HSCAN of the two hashes into a dict (`hscan_ratio`):
+    Redis' own cost of the smaller, sparser hash (a hash keeps its table's size until it
+    is nine tenths empty), which a restore cannot beat.
     """
     names = {}
     for kind in ("whole", "half"):

@@ -1,5 +1,5 @@
 """`python -m benchmarks --quick` runs every figure end to end and checks its own results
-(no timing is asserted: these machines are noisy). The Spark figures make this about 3 min."""
+(no timing is asserted: these machines are noisy). The Spark figures make this about 5 min."""
 
 from __future__ import annotations
 
