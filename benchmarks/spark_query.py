@@ -71,6 +71,34 @@ def register_batch_source(spark: Any, name: str, schema: str, rows: Rows) -> Non
     spark.dataSource.register(Source)
 
 
+def plugin_session(app: str, variant: str, plugin_jar: str, redis_url: str) -> Any:
+    """A `local[2]` SparkSession with 2 shuffle partitions, and the plugin unless "spark".
+
+    The executor plugin is loaded for `variant` "deferred" and, its flush barrier off,
+    "sync"; not for "spark" (Spark's own state). Figures 10 and 20 (`groups.py`,
+    `sessions.py`) run their queries in it.
+    """
+    from pyspark.sql import SparkSession
+
+    b = (
+        SparkSession.builder.master("local[2]")
+        .appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+    )
+    if variant != "spark":
+        b = (
+            b.config("spark.jars", plugin_jar)
+            .config("spark.plugins", "io.taskstate.spark.TaskStatePlugin")
+            .config("spark.taskstate.redisUrl", redis_url)
+            .config("spark.taskstate.flushBarrier", str(variant == "deferred").lower())
+        )
+    spark = b.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
 def run_child(module: str, args: list[str], work: Path, what: str, env: dict[str, str]) -> None:
     """Run `python -m MODULE ARGS` in its own process group, logging to WORK/query.log.
 

@@ -33,7 +33,7 @@ from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer
 
 from ..common import Bench, Figure, say
-from ..spark_query import progress, register_batch_source, run_child
+from ..spark_query import plugin_session, progress, register_batch_source, run_child
 
 SOURCE = "taskstate_bench_groups"
 SCHEMA = "g string, v long"
@@ -83,28 +83,13 @@ def spark_fn(keys: int) -> Any:
 
 def job(a: argparse.Namespace) -> int:
     """Run one query until every batch is committed; write its progress reports."""
-    from pyspark.sql import SparkSession
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     from taskstate.demo.jobs import run_until_committed
 
     work = Path(a.work)
-    b = (
-        SparkSession.builder.master("local[2]")
-        .appName(f"taskstate-bench-groups-{a.variant}")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-    )
-    if a.variant != "spark":
-        b = (
-            b.config("spark.jars", a.plugin_jar)
-            .config("spark.plugins", "io.taskstate.spark.TaskStatePlugin")
-            .config("spark.taskstate.redisUrl", a.redis_url)
-            .config("spark.taskstate.flushBarrier", str(a.variant == "deferred").lower())
-        )
-    spark = b.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    app = f"taskstate-bench-groups-{a.variant}"
+    spark = plugin_session(app, a.variant, a.plugin_jar, a.redis_url)
     register_batch_source(spark, SOURCE, SCHEMA, rows)
     events = (
         spark.readStream.format(SOURCE)

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..common import Bench, Figure, say
-from ..spark_query import progress, register_batch_source, run_child
+from ..spark_query import plugin_session, progress, register_batch_source, run_child
 
 SOURCE = "taskstate_bench_sessions"
 SCHEMA = "word string, ts timestamp"
@@ -121,27 +121,13 @@ def group_fn(variant: str, namespace: str) -> Callable[..., Iterator[Any]]:
 
 def job(a: argparse.Namespace) -> int:
     """Run one query until every batch is committed; write its progress reports."""
-    from pyspark.sql import SparkSession
     from pyspark.sql.streaming.state import GroupStateTimeout
 
     from taskstate.demo.jobs import run_until_committed
 
     work = Path(a.work)
-    b = (
-        SparkSession.builder.master("local[2]")
-        .appName(f"taskstate-bench-sessions-{a.variant}")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-    )
-    if a.variant != "spark":
-        b = (
-            b.config("spark.jars", a.plugin_jar)
-            .config("spark.plugins", "io.taskstate.spark.TaskStatePlugin")
-            .config("spark.taskstate.redisUrl", a.redis_url)
-            .config("spark.taskstate.flushBarrier", str(a.variant == "deferred").lower())
-        )
-    spark = b.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    app = f"taskstate-bench-sessions-{a.variant}"
+    spark = plugin_session(app, a.variant, a.plugin_jar, a.redis_url)
     register_batch_source(spark, SOURCE, SCHEMA, rows)
     events = (
         spark.readStream.format(SOURCE)
