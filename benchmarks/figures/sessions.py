@@ -1,6 +1,7 @@
 """Figure 20: Spark's sessionization example, the session in TaskState against GroupState.
 
-The pattern of Spark's own example (and of tests/e2e/jobs/sessions.py): events of words,
+The pattern of Spark's own example (taskstate.demo.sessions, which the e2e job
+tests/e2e/jobs/sessions.py runs under faults): events of words,
 `groupBy("word").applyInPandasWithState(...)` with event-time timeouts, a session per
 word that closes when the word has been silent for GAP_MS of event time. Each batch,
 half the words have one event each (a word is heard in two batches, then silent in two),
@@ -38,6 +39,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from taskstate.demo.sessions import session_call
+
 from ..common import Bench, Figure, say
 from ..spark_query import plugin_session, progress, register_batch_source, run_child
 
@@ -45,7 +48,6 @@ SOURCE = "taskstate_bench_sessions"
 SCHEMA = "word string, ts timestamp"
 OUT = "batch long, word string, start long, last long, count long, closed boolean"
 COLUMNS = ("batch", "word", "start", "last", "count", "closed")
-GAP_MS = 5_000  # a session closes after this much event time without its word
 BATCH_MS = 10_000  # event time covered by one batch
 T0_MS = 1_700_000_000_000
 COMPONENT = "sessions"
@@ -75,12 +77,6 @@ def rows(options: Any) -> tuple[Callable[[int], int], Callable[[int, int], tuple
     return (lambda b: len(heard(b))), row
 
 
-def updated(old: tuple[int, int, int] | None, stamps: list[int]) -> tuple[int, int, int]:
-    """(start, last, count) after events at `stamps` (ms)."""
-    start, last, count = old if old is not None else (min(stamps), min(stamps), 0)
-    return start, max(last, max(stamps)), count + len(stamps)
-
-
 def group_fn(variant: str, namespace: str) -> Callable[..., Iterator[Any]]:
     """The applyInPandasWithState function of `variant`."""
 
@@ -93,26 +89,12 @@ def group_fn(variant: str, namespace: str) -> Callable[..., Iterator[Any]]:
         (word,) = key
         stamps = [int(t.value // 1_000_000) for f in frames for t in f["ts"]]
         if variant == "spark":
-            if gs.hasTimedOut:
-                session, closed = gs.get, True
-                gs.remove()
-            else:
-                session, closed = updated(gs.getOption, stamps), False
-                gs.update(session)
+            session, closed = session_call(word, stamps, gs)
         else:
             from taskstate.client import TaskState
 
             with TaskState(ctx, component=COMPONENT, namespace=namespace) as s:
-                if gs.hasTimedOut:
-                    session, closed = tuple(s.pop(word)), True
-                    gs.remove()
-                else:
-                    old = s.get(word)
-                    session, closed = updated(None if old is None else tuple(old), stamps), False
-                    s[word] = list(session)
-                    gs.update((True,))  # Spark keeps timers only for keys with a GroupState
-        if not closed:
-            gs.setTimeoutTimestamp(max(session[1] + GAP_MS, gs.getCurrentWatermarkMs() + 1))
+                session, closed = session_call(word, stamps, gs, s)
         start, last, count = session
         yield pd.DataFrame([(batch, word, start, last, count, closed)], columns=list(COLUMNS))
 

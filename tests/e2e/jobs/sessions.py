@@ -1,11 +1,12 @@
 """Sessionization with applyInPandasWithState and event-time timeouts (Spark's example).
 
 Sessions per word: a session starts with a word's first event and closes when the word
-has been silent for GAP_MS of event time (an event-time timeout). `--state groupstate`
-keeps the session in Spark's GroupState (the reference); `--state taskstate` keeps it in
-TaskState and gives GroupState only what Spark needs to keep and fire the timer: a
-one-field marker and the timeout. Every group call emits a row: the session after an
-update, or the closed session when its timeout fires.
+has been silent for GAP_MS of event time (an event-time timeout): one group call is
+taskstate.demo.sessions.session_call, which the benchmark of this pattern shares.
+`--state groupstate` keeps the session in Spark's GroupState (the reference); `--state
+taskstate` keeps it in TaskState and gives GroupState only what Spark needs to keep and
+fire the timer: a one-field marker and the timeout. Every group call emits a row: the
+session after an update, or the closed session when its timeout fires.
 
 Spark runs a task's groups with new data and its timed-out groups in two Python runners,
 each on whichever pooled worker is idle: one task attempt is often served by two worker
@@ -30,7 +31,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-GAP_MS = 5_000  # a session closes after this much event time without its word
+from taskstate.demo.sessions import session_call
+
 BATCH_MS = 10_000  # event time covered by one micro-batch
 T0_MS = 1_700_000_000_000
 SOURCE = "taskstate_session_events"
@@ -68,12 +70,6 @@ def fault(a: argparse.Namespace, batch: int) -> None:
             time.sleep(0.05)
 
 
-def updated(old: tuple[int, int, int] | None, stamps: list[int]) -> tuple[int, int, int]:
-    """(start, last, count) after events at `stamps` (ms)."""
-    start, last, count = old if old is not None else (min(stamps), min(stamps), 0)
-    return start, max(last, max(stamps)), count + len(stamps)
-
-
 def group_fn(a: argparse.Namespace) -> Callable[..., Iterator[Any]]:
     """The applyInPandasWithState function for `--state`."""
 
@@ -89,26 +85,12 @@ def group_fn(a: argparse.Namespace) -> Callable[..., Iterator[Any]]:
         (word,) = key
         stamps = [int(t.value // 1_000_000) for f in frames for t in f["ts"]]
         if a.state == "groupstate":
-            if gs.hasTimedOut:
-                session, closed = gs.get, True
-                gs.remove()
-            else:
-                session, closed = updated(gs.getOption, stamps), False
-                gs.update(session)
+            session, closed = session_call(word, stamps, gs)
         else:
             from taskstate.client import TaskState
 
             with TaskState(ctx, component=COMPONENT, namespace=a.namespace, sidecar=a.sidecar) as s:
-                if gs.hasTimedOut:
-                    session, closed = tuple(s.pop(word)), True
-                    gs.remove()
-                else:
-                    old = s.get(word)
-                    session, closed = updated(None if old is None else tuple(old), stamps), False
-                    s[word] = list(session)
-                    gs.update((True,))  # Spark keeps timers only for keys with a GroupState
-        if not closed:
-            gs.setTimeoutTimestamp(max(session[1] + GAP_MS, gs.getCurrentWatermarkMs() + 1))
+                session, closed = session_call(word, stamps, gs, s)
         start, last, count = session
         yield pd.DataFrame([(batch, word, start, last, count, closed)], columns=list(_COLUMNS))
         if closed:
