@@ -132,8 +132,12 @@ def run_child(module: str, args: list[str], work: Path, what: str, env: dict[str
 
 
 def progress(work: Path, batches: int, what: str) -> dict[int, dict[str, Any]]:
-    """The query's progress reports by batch id; every batch must have one."""
+    """The query's progress reports by batch id; each of batches 0..`batches` - 1 must have one.
+
+    A later batch may have one too: a query with event-time timeouts runs a batch without
+    data once its source is dry, to fire them, and it may finish before the query stops.
+    """
     reports = {int(r["batchId"]): r for r in json.loads((work / "progress.json").read_text())}
-    if sorted(reports) != list(range(batches)):
+    if not set(range(batches)) <= set(reports):
         raise AssertionError(f"{what}: progress for batches {sorted(reports)}")
     return reports
