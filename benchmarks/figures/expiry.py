@@ -115,7 +115,7 @@ def restore_half(target: str, keys: int, redis: Any = None, rounds: int = 11) ->
                     n = len(s)
                 timed[kind].append(time.perf_counter() - t0)
                 # the block holds its mapping: freed here, not inside the next restore's
-                # timing (a fresh worker frees nothing: until 2026-11-26 each half-expired
+                # timing (a fresh worker frees nothing; before this line each half-expired
                 # restore freed the whole state restored before it, 8 ms per 200,000 keys,
                 # and each whole restore the half one's, 4 ms)
                 del s
