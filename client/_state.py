@@ -29,7 +29,7 @@ from ._cache import take
 from ._changes import MISSING, SCALARS, is_mutable
 from ._codec import CODECS, JsonCodec
 from ._commit import Committer
-from ._config import TaskStateConfig
+from ._config import for_attempt
 from ._context import check_batch, current_context, identity
 from ._errors import ConfigError, TaskStateError
 from ._reads import LOAD_REST, Reads
@@ -108,7 +108,8 @@ class TaskState(MutableMapping[str, Any]):
         self._ctx = current_context(ctx)
         self._ident = identity(self._ctx)
         check_batch(self._ident, component)
-        self.config = TaskStateConfig.resolve(
+        self.config = for_attempt(
+            self._ident.attempt_id,
             component=component,
             namespace=namespace,
             sidecar=sidecar,

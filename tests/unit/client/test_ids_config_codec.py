@@ -76,6 +76,31 @@ def test_sidecar_precedence_and_default() -> None:
         grpc_target("nonsense")
 
 
+def test_settings_are_resolved_once_per_task_attempt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The blocks of one attempt (a group call each) share its settings; a new attempt
+    reads the environment again, and bad arguments are refused whatever was cached."""
+    monkeypatch.setenv("TASKSTATE_TIMEOUT", "7")
+    attempt = LocalContext(0, batch_id=3)
+    first = TaskState(attempt, component="c", namespace="n", sidecar="unix:///x.sock")
+    assert first.config.timeout_s == 7.0
+    monkeypatch.setenv("TASKSTATE_TIMEOUT", "9")
+    again = TaskState(attempt, component="c", namespace="n", sidecar="unix:///x.sock")
+    assert again.config is first.config  # the attempt's next block: nothing resolved again
+    other = TaskState(attempt, component="d", namespace="n", sidecar="unix:///x.sock")
+    assert other.config.timeout_s == 9.0  # other arguments: resolved for them
+    retry = LocalContext(0, batch_id=3, attempt=1)
+    assert (
+        TaskState(retry, component="c", namespace="n", sidecar="unix:///x.sock").config.timeout_s
+        == 9.0
+    )
+    monkeypatch.setenv("TASKSTATE_TIMEOUT", "soon")
+    with pytest.raises(ConfigError, match="TASKSTATE_TIMEOUT='soon' is not a number"):
+        TaskState(LocalContext(0, batch_id=3), component="c", namespace="n", sidecar="unix:///x")
+    monkeypatch.setenv("TASKSTATE_TIMEOUT", "9")
+    with pytest.raises(ConfigError, match=r"partitions=\[2\]"):  # unhashable: still refused
+        TaskState(attempt, component="c", namespace="n", sidecar="unix:///x", partitions=[2])  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize(
     ("text", "replicas", "fsynced"),
     [
