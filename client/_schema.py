@@ -18,6 +18,8 @@ import datetime
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
+
 from taskstate.proto import envelope
 
 from ._codec import JsonCodec
@@ -69,6 +71,23 @@ class Schema:
         """The stored form of a value this block writes."""
         expires = None if ttl_ms is None else now_ms + ttl_ms
         return envelope.wrap(encoded, expires, self.version)
+
+    def decode_stored(self, task: str, key: str, stored: bytes) -> Any:
+        """A value a restore left as its stored bytes (`_wire.decode_chunk`), decoded now."""
+        try:
+            return orjson.loads(stored)  # bare JSON, the common case
+        except orjson.JSONDecodeError:
+            pass
+        try:
+            stored.decode()
+        except UnicodeDecodeError:
+            raise CodecError(
+                f"task {task}: stored value of key {key[:80]!r} is not UTF-8 text; it was not "
+                "written by taskstate. Operator action: inspect it with `taskstate show "
+                f"{task}` and fix or drop the key.",
+                task,
+            ) from None
+        return self.decode(task, key, stored)  # an envelope, or a clear CodecError
 
     def decode(self, task: str, key: str, stored: bytes | str) -> Any:
         """A stored value as this block reads it: unwrapped, decoded, upgraded."""

@@ -343,13 +343,12 @@ class TaskState(MutableMapping[str, Any]):
             value = self._lookup(key)
             if value is MISSING:
                 return default
-        if (
-            value.__class__ not in SCALARS
-            and is_mutable(value)
-            and key not in self._written
-            and key not in self._snap
-        ):
-            self._snap[key] = self._codec.encode(self.task_id, key, value)
+        if value.__class__ not in SCALARS:
+            if value.__class__ is bytes:  # as a restore left it: decoded on first read
+                value = self._schema.decode_stored(self.task_id, key, value)
+                self._data[key] = value
+            if is_mutable(value) and key not in self._written and key not in self._snap:
+                self._snap[key] = self._codec.encode(self.task_id, key, value)
         return value
 
     def __setitem__(self, key: str, value: Any) -> None:

@@ -12,7 +12,6 @@ from itertools import chain
 from typing import Any
 
 import msgpack
-import orjson
 
 from taskstate.proto import taskstate_pb2 as pb
 
@@ -42,23 +41,33 @@ def decode_chunk(
     json: bool,
     into: dict[str, Any],
 ) -> None:
-    """Decode one Restore chunk's entries into `into` (JSON: orjson on the packed blob)."""
+    """One Restore chunk's entries into `into`.
+
+    JSON (`json`: version 1 code, whose stored values need no upgrade): each value goes in
+    as its stored bytes, decoded by the block that first reads it (`TaskState.get`, through
+    `Schema.decode_stored`); a restore then costs what Redis' HSCAN of the same hash costs a
+    reader that keeps bytes, and a block pays the decoding of the keys it touches only. No
+    decoded JSON value is ever `bytes`, so the two cannot be confused. Otherwise every value
+    is decoded (unwrapped and upgraded) here.
+    """
     for e in chunk.entries:
         into[e.key] = decode(task, e.key, e.value)
     if not chunk.packed:
+        return
+    if json:
+        raw: list[bytes] = msgpack.unpackb(chunk.packed, raw=True)
+        try:
+            keys = list(map(bytes.decode, raw[0::2]))
+        except UnicodeDecodeError:  # a stored key that is not UTF-8: name it
+            name_bad_utf8(task, raw)
+            raise
+        into.update(zip(keys, raw[1::2], strict=True))
         return
     try:
         flat = msgpack.unpackb(chunk.packed, raw=False)
     except UnicodeDecodeError:  # stored bytes that are not UTF-8: name the key
         flat = name_bad_utf8(task, msgpack.unpackb(chunk.packed, raw=True))
-    keys, values = flat[0::2], flat[1::2]
-    if json:
-        try:
-            into.update(zip(keys, map(orjson.loads, values), strict=True))
-            return
-        except orjson.JSONDecodeError:
-            pass  # the slow path below names the bad key
-    for k, v in zip(keys, values, strict=True):
+    for k, v in zip(flat[0::2], flat[1::2], strict=True):
         into[k] = decode(task, k, v)
 
 

@@ -39,3 +39,27 @@ def test_a_frames_keys_are_read_in_one_batch_whatever_their_str_type(
         assert s.get_many(["a", "a", "nope", 7]) == {"a": 1}  # 7 is no key
     with ts(fake, namespace, 2) as s:
         assert dict(s) == {"a": 1, "b": 2, "c": 3, "zz": 26}
+
+
+def test_a_restore_keeps_stored_bytes_and_a_block_decodes_what_it_reads(
+    fake: FakeSidecar, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restored value stays its stored bytes until a block reads it; read, it is the
+    decoded value (cached so), and a change made in place to it is committed."""
+    with ts(fake, namespace, 0) as s:
+        s.update({"a": {"n": 1}, "b": [1, 2], "c": "text", "d": 4.5})
+    _cache.sessions.clear()
+    monkeypatch.setenv("TASKSTATE_LOAD", "eager")
+    with ts(fake, namespace, 1) as s:
+        assert s.info.restored
+        held = _cache.sessions[s.task_id].data
+        assert held == {"a": b'{"n":1}', "b": b"[1,2]", "c": b'"text"', "d": b"4.5"}
+        s["a"]["n"] += 1  # decoded on this read, then changed in place
+        assert held["a"] == {"n": 2} and held["b"] == b"[1,2]"  # untouched: still bytes
+        assert s.get("c") == "text" and "b" in s and len(s) == 4
+    with ts(fake, namespace, 2) as s:  # the same worker, the next batch: its cached copy
+        assert not s.info.restored
+        assert dict(s) == {"a": {"n": 2}, "b": [1, 2], "c": "text", "d": 4.5}
+    _cache.sessions.clear()
+    with ts(fake, namespace, 3) as s:  # a fresh worker: what was committed
+        assert dict(s.items()) == {"a": {"n": 2}, "b": [1, 2], "c": "text", "d": 4.5}
