@@ -16,6 +16,7 @@ import functools
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from taskstate.proto import frames, ids
 from taskstate.proto.durability import Durability
@@ -248,49 +249,21 @@ ATTEMPTS_KEPT = 256
 
 
 def for_attempt(
-    attempt_id: str,
-    *,
-    component: str,
-    namespace: str | None,
-    sidecar: str | None,
-    mode: str,
-    durability: str,
-    codec: str,
-    local_property: Callable[[str], str | None],
-    partitions: int | None,
+    attempt_id: str, local_property: Callable[[str], str | None], **arguments: Any
 ) -> TaskStateConfig:
-    """`TaskStateConfig.resolve`, once per task attempt and arguments in this process."""
-    key: tuple[object, ...] = (
-        attempt_id,
-        component,
-        namespace,
-        sidecar,
-        mode,
-        durability,
-        codec,
-        partitions,
-    )
+    """`TaskStateConfig.resolve(**arguments)`, once per task attempt and arguments here."""
+    key: tuple[object, ...] = (attempt_id, *arguments.items())
     try:
         found = _by_attempt.get(key)
     except TypeError:  # an argument that cannot be hashed: resolve says what is wrong
         found = None
         key = ()
-    if found is not None:
-        return found
-    found = TaskStateConfig.resolve(
-        component=component,
-        namespace=namespace,
-        sidecar=sidecar,
-        mode=mode,
-        durability=durability,
-        codec=codec,
-        local_property=local_property,
-        partitions=partitions,
-    )
-    if key:
-        if len(_by_attempt) >= ATTEMPTS_KEPT:
-            _by_attempt.clear()
-        _by_attempt[key] = found
+    if found is None:
+        found = TaskStateConfig.resolve(local_property=local_property, **arguments)
+        if key:
+            if len(_by_attempt) >= ATTEMPTS_KEPT:
+                _by_attempt.clear()
+            _by_attempt[key] = found
     return found
 
 

@@ -110,13 +110,13 @@ class TaskState(MutableMapping[str, Any]):
         check_batch(self._ident, component)
         self.config = for_attempt(
             self._ident.attempt_id,
+            lambda key: self._ctx.getLocalProperty(key),
             component=component,
             namespace=namespace,
             sidecar=sidecar,
             mode=mode,
             durability=durability,
             codec=codec,
-            local_property=lambda key: self._ctx.getLocalProperty(key),
             partitions=partitions,
         )
         c = self.config
