@@ -45,10 +45,9 @@ def decode_chunk(
 
     JSON (`json`: version 1 code, whose stored values need no upgrade): each value goes in
     as its stored bytes, decoded by the block that first reads it (`TaskState.get`, through
-    `Schema.decode_stored`); a restore then costs what Redis' HSCAN of the same hash costs a
-    reader that keeps bytes, and a block pays the decoding of the keys it touches only. No
-    decoded JSON value is ever `bytes`, so the two cannot be confused. Otherwise every value
-    is decoded (unwrapped and upgraded) here.
+    `Schema.decode_stored`): a restore does no work per value, and a batch pays the decoding
+    of the keys it reads only. No decoded JSON value is ever `bytes`, so the two cannot be
+    confused. Otherwise every value is decoded (unwrapped and upgraded) here.
     """
     for e in chunk.entries:
         into[e.key] = decode(task, e.key, e.value)
