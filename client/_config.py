@@ -7,8 +7,8 @@ hands SQL confs to tasks as local properties); the first wins where both are pre
 Once per task attempt and process (`for_attempt`): the first block of an attempt resolves
 its settings, and the attempt's later blocks (one per group in applyInPandasWithState)
 reuse them. A task's local properties and its worker's environment do not change during
-the attempt; resolving them again cost each group call about 16 microseconds in a quiet
-process (a group block took 47 instead of 28).
+the attempt; resolving them again made building a TaskState cost 27 microseconds in a
+quiet process instead of 11, at every group call.
 """
 
 from __future__ import annotations
