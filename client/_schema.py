@@ -24,6 +24,7 @@ from taskstate.proto import envelope
 
 from ._codec import JsonCodec
 from ._errors import CodecError, ConfigError, SchemaVersionError
+from ._wire import name_bad_utf8
 
 Upgrade = Callable[[Any], Any]
 NO_TTL: Any = object()  # Changes.ttls: the key takes the block's time to live
@@ -73,21 +74,22 @@ class Schema:
         return envelope.wrap(encoded, expires, self.version)
 
     def decode_stored(self, task: str, key: str, stored: bytes) -> Any:
-        """A value a restore left as its stored bytes (`_wire.decode_chunk`), decoded now."""
+        """A value a restore left as its stored bytes (`_wire.decode_chunk`), decoded now.
+
+        Bare JSON (the common case) in one orjson call; an envelope straight to `decode`;
+        bytes that are neither, the same CodecError as a read's (`_reads`): not UTF-8 text,
+        or not JSON, naming the key.
+        """
+        if stored[:1] != envelope.MARK:
+            try:
+                return orjson.loads(stored)
+            except orjson.JSONDecodeError:
+                pass
         try:
-            return orjson.loads(stored)  # bare JSON, the common case
-        except orjson.JSONDecodeError:
-            pass
-        try:
-            stored.decode()
-        except UnicodeDecodeError:
-            raise CodecError(
-                f"task {task}: stored value of key {key[:80]!r} is not UTF-8 text; it was not "
-                "written by taskstate. Operator action: inspect it with `taskstate show "
-                f"{task}` and fix or drop the key.",
-                task,
-            ) from None
-        return self.decode(task, key, stored)  # an envelope, or a clear CodecError
+            return self.decode(task, key, stored)
+        except CodecError:
+            name_bad_utf8(task, [key.encode(), stored])
+            raise
 
     def decode(self, task: str, key: str, stored: bytes | str) -> Any:
         """A stored value as this block reads it: unwrapped, decoded, upgraded."""
