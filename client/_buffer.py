@@ -195,27 +195,37 @@ class Buffer:
         with self._lock:
             self._forked()
             entry = self._held.get(attempt)
-        if entry is None:
-            transport = committer.transport
-            a = self._attachment(transport)
-            if not a.register(attempt, transport.timeout_s):
-                return False
-            with self._lock:
-                entry = self._held.setdefault(attempt, _Attempt(a))
-        elif entry.attachment.broken:
+            if entry is not None and not entry.attachment.broken:  # one look, one merge
+                self._merge(entry, task_id, session, upserts, deletes, committer)
+                return True
+        if entry is not None:  # its Attach stream broke
             self.commit_task(attempt, task_id)
             return False
+        transport = committer.transport
+        a = self._attachment(transport)
+        if not a.register(attempt, transport.timeout_s):
+            return False
         with self._lock:
-            if self._held.get(attempt) is not entry:
-                # flushed or discarded since this block looked (a block still running as
-                # its task ended): nothing would flush it again, so the caller commits now
-                return False
-            held = entry.tasks.get(task_id)
-            if held is None:
-                held = entry.tasks[task_id] = Held(session, committer)
-            held.merge(upserts, deletes)
-            session.deferred = True
+            # one look, one merge: a flush that takes the entry cannot land in between
+            entry = self._held.setdefault(attempt, _Attempt(a))
+            self._merge(entry, task_id, session, upserts, deletes, committer)
         return True
+
+    @staticmethod
+    def _merge(
+        entry: _Attempt,
+        task_id: str,
+        session: Session,
+        upserts: list[tuple[str, bytes]],
+        deletes: list[str],
+        committer: Committer,
+    ) -> None:
+        """Add one block's changes to what the attempt holds for its task (the lock held)."""
+        held = entry.tasks.get(task_id)
+        if held is None:
+            held = entry.tasks[task_id] = Held(session, committer)
+        held.merge(upserts, deletes)
+        session.deferred = True
 
     def commit_task(self, attempt: int, task_id: str) -> None:
         """Commit what is held for one task of `attempt` now."""

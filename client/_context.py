@@ -164,7 +164,7 @@ def identity(ctx: Any) -> TaskIdentity:
             raw_batch, where = ctx.getLocalProperty(key), key
             if raw_batch not in (None, ""):
                 break
-        streaming = _streaming_signal(ctx)
+        streaming = None if raw_batch not in (None, "") else _streaming_signal(ctx)
     except AttributeError as exc:
         raise ConfigError(
             f"ctx {ctx!r} is not a task context: pass pyspark.TaskContext.get() or "
@@ -176,7 +176,6 @@ def identity(ctx: Any) -> TaskIdentity:
             batch = int(str(raw_batch))
         except ValueError as exc:
             raise ConfigError(f"local property {where}={raw_batch!r} is not an integer") from exc
-        streaming = None
     return TaskIdentity(partition, batch, attempt, attempt_id, streaming)
 
 

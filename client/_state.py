@@ -21,22 +21,15 @@ import enum
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, Literal
 
-from taskstate.proto import taskstate_pb2 as pb
-from taskstate.proto.ids import fq_task_id
-
 from ._block import Block
 from ._cache import take
 from ._changes import MISSING, SCALARS, is_mutable
-from ._codec import CODECS, JsonCodec
-from ._commit import Committer
-from ._config import for_attempt
 from ._context import check_batch, current_context, identity
-from ._errors import ConfigError, TaskStateError
-from ._reads import LOAD_REST, Reads
-from ._schema import NO_TTL, Schema, Upgrade, event_time_ms
-from ._session import Claims, OpenInfo, Session, writer_of
-from ._transport import GrpcTransport
-from ._wire import REQUEST_HEADROOM
+from ._errors import TaskStateError
+from ._parts import parts_for
+from ._reads import LOAD_REST
+from ._schema import NO_TTL, Upgrade
+from ._session import OpenInfo, Session
 
 
 class Phase(enum.Enum):
@@ -106,11 +99,15 @@ class TaskState(MutableMapping[str, Any]):
         upgrade: Mapping[int, Upgrade] | None = None,
     ) -> None:
         self._ctx = current_context(ctx)
-        self._ident = identity(self._ctx)
-        check_batch(self._ident, component)
-        self.config = for_attempt(
-            self._ident.attempt_id,
-            lambda key: self._ctx.getLocalProperty(key),
+        self._ident = ident = identity(self._ctx)
+        check_batch(ident, component)
+        parts = parts_for(
+            ident,
+            self._ctx.getLocalProperty,
+            ttl=ttl,
+            now=now,
+            version=version,
+            upgrade=upgrade,
             component=component,
             namespace=namespace,
             sidecar=sidecar,
@@ -119,56 +116,20 @@ class TaskState(MutableMapping[str, Any]):
             codec=codec,
             partitions=partitions,
         )
-        c = self.config
-        self.task_id = fq_task_id(c.namespace, c.component, self._ident.partition)
-        if c.partitions is not None and self._ident.partition >= c.partitions:
-            raise ConfigError(
-                f"task {self.task_id}: partition {self._ident.partition} is outside the "
-                f"{c.partitions} partitions declared (partitions={partitions!r}): declare "
-                "the count the job really splits this component into"
-            )
-        self._codec: JsonCodec = CODECS[c.codec]
-        self._schema = Schema(self.task_id, self._codec, ttl_s=ttl, version=version,
-                              upgrade=upgrade)  # fmt: skip
-        self._transport = GrpcTransport(
-            c.target,
-            timeout_s=c.timeout_s,
-            retry_deadline_s=c.retry_deadline_s,
-            max_message_bytes=c.max_message_bytes,
-            security=c.security,
-        )
+        self.config = c = parts.config
+        self.task_id = parts.task_id
+        self._codec = parts.codec
+        self._schema = parts.schema
+        self._transport = parts.transport
+        self._claims = parts.claims
+        self._reads = parts.reads
         self.phase = Phase.CREATED
         self._session: Session | None = None
         self._data: dict[str, Any] = {}
-        # Claims and Reads get closures over plain values, never this object's bound
-        # methods: a reference cycle would keep a finished block's state (a whole dict)
-        # alive until Python's cycle collector happened to run
-        ident = self._ident
-        task = pb.TaskId(namespace=c.namespace, component=c.component, partition=ident.partition)
-
-        def task_msg() -> pb.TaskId:
-            return task
-
-        def writer() -> pb.Writer:
-            return writer_of(ident)
-
-        self._claims = Claims(
-            self.task_id, self._transport, self._schema, c, ident, task_msg, writer,
-            event_time_ms(self.task_id, now),
-        )  # fmt: skip
-        self._reads = Reads(
-            self.task_id,
-            self._transport,
-            self._schema,
-            task_msg,
-            c.max_message_bytes - REQUEST_HEADROOM,
-        )
         # mirror mode with the whole state here: a key not in _data does not exist
         self._complete = False
         self._absent: set[str] = set()  # keys known not to exist (remote, on demand)
-        committer = Committer(self._transport, c, self.task_id, task, writer_of(ident),
-                              ident.batch)  # fmt: skip
-        self._block = Block(committer, self._schema, ident, self._ctx, c.mode == "mirror")
+        self._block = Block(parts.committer, parts.schema, ident, self._ctx, c.mode == "mirror")
         self._written = self._block.changes.written  # the hot paths below skip an attribute
         self._snap = self._block.changes.snap
 

@@ -90,9 +90,16 @@ def test_a_forked_child_neither_flushes_nor_merges_into_its_parents_held_changes
     assert sent == []
 
 
-def test_a_block_whose_attempt_was_flushed_meanwhile_commits_instead_of_holding() -> None:
-    """A FLUSH (or DISCARD) that takes the attempt's entry between a block's two looks at
-    it: the block's changes must not go into the entry nobody will flush again."""
+@pytest.mark.parametrize("held_before", [True, False], ids=["entry", "first-block"])
+@pytest.mark.parametrize("flush_at", [1, 2, 3, 4])
+def test_a_flush_that_lands_while_a_block_holds_never_strands_its_changes(
+    held_before: bool, flush_at: int
+) -> None:
+    """A FLUSH (or DISCARD) takes the attempt's entry at the block's `flush_at`-th taking
+    of the buffer's lock: the block's changes are either in an entry a flush will still
+    find, or not held at all (the block then commits them itself). Never in an entry
+    nobody will flush again (a block that looked at the entry, let go of the lock and
+    merged into it under the lock again without a second look would strand them)."""
     info = OpenInfo(1, 0, 0, "v", False, 0, restored=False, reused_claim=False)
     session = Session("s:1", 1, 1, "v", {}, None, info)
     b = Buffer()
@@ -100,25 +107,39 @@ def test_a_block_whose_attempt_was_flushed_meanwhile_commits_instead_of_holding(
     class Attached:
         broken = False
 
-    entry = _Attempt(attachment=Attached())  # type: ignore[arg-type]
-    b._held[7] = entry
-    real = b._lock
+        def register(self, attempt: int, timeout_s: float) -> bool:
+            return True
 
-    class FlushInBetween:
-        """The buffer's lock; the flush takes the entry just before the second look."""
+    if held_before:
+        b._held[7] = _Attempt(attachment=Attached())  # type: ignore[arg-type]
+    b._attachment = lambda transport: Attached()  # type: ignore[method-assign,assignment,return-value]
+    real = b._lock
+    stranded: list[_Attempt] = []
+
+    class FlushAt:
+        """The buffer's lock; the flush takes the entry just before the flush_at-th look."""
 
         looks = 0
 
         def __enter__(self) -> None:
-            FlushInBetween.looks += 1
-            if FlushInBetween.looks == 2:
-                b._held.pop(7, None)
+            FlushAt.looks += 1
+            if FlushAt.looks == flush_at and 7 in b._held:
+                stranded.append(b._held.pop(7))
             real.__enter__()
 
         def __exit__(self, *exc: Any) -> None:
             real.__exit__(*exc)
 
-    b._lock = FlushInBetween()  # type: ignore[assignment]
-    committer: Any = object()
-    assert b.hold(7, "t", session, [("a", b"1")], [], committer) is False
-    assert entry.tasks == {} and session.deferred is False
+    class Transport:
+        timeout_s = 1.0
+
+    class Committer:
+        transport = Transport()
+
+    b._lock = FlushAt()  # type: ignore[assignment]
+    held = b.hold(7, "t", session, [("a", b"1")], [], Committer())  # type: ignore[arg-type]
+    assert all(e.tasks == {} for e in stranded), "changes went into an entry already flushed"
+    if held:
+        assert b._held[7].tasks["t"].upserts == {"a": b"1"} and session.deferred is True
+    else:
+        assert 7 not in b._held and session.deferred is False

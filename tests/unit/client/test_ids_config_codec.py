@@ -101,6 +101,39 @@ def test_settings_are_resolved_once_per_task_attempt(monkeypatch: pytest.MonkeyP
         TaskState(attempt, component="c", namespace="n", sidecar="unix:///x", partitions=[2])  # type: ignore[arg-type]
 
 
+def test_the_blocks_of_an_attempt_share_its_parts_and_nothing_of_their_own() -> None:
+    """A group call's block takes the attempt's settings, schema, transport, claims,
+    reads and committer as the attempt's first block built them; its changes are its
+    own. Another batch, attempt or argument builds new parts, and an argument that is
+    equal to a good one but of another type (True for 1) is still refused."""
+    ctx = LocalContext(0, batch_id=3)
+
+    def block(c: Any = ctx, **more: Any) -> TaskState:
+        return TaskState(c, component="c", namespace="n", sidecar="unix:///x.sock", **more)
+
+    first, again = block(), block()
+    shared = ("config", "_schema", "_transport", "_claims", "_reads")
+    assert all(getattr(again, name) is getattr(first, name) for name in shared)
+    assert again._block.committer is first._block.committer
+    assert again._block is not first._block
+    assert again._block.changes is not first._block.changes
+    assert again._written is not first._written
+    ctx.batch_id = 4  # a LocalContext reused for the next batch: the commits name it
+    moved = block()
+    assert moved._claims is not first._claims and moved._block.committer.batch == 4
+    assert block(ttl=60)._schema.ttl_ms == 60_000 and block(ttl=60)._schema is not first._schema
+    assert block(partitions=1).config.partitions == 1
+    for bad in ({"ttl": True}, {"version": True}, {"partitions": True}):
+        with pytest.raises(ConfigError, match=f"{next(iter(bad))}=True"):
+            block(**bad)
+    with pytest.raises(ConfigError, match="outside the 1 partitions"):  # every block: refused
+        block(LocalContext(1, batch_id=4), partitions=1)
+    with pytest.raises(ConfigError, match="outside the 1 partitions"):
+        block(LocalContext(1, batch_id=4), partitions=1)
+    upgraded = block(version=2, upgrade={1: lambda v: v})
+    assert block(version=2, upgrade={1: lambda v: v})._schema is not upgraded._schema
+
+
 @pytest.mark.parametrize(
     ("text", "replicas", "fsynced"),
     [

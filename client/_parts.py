@@ -1,0 +1,135 @@
+"""What the blocks of one task attempt share: built by its first block in this process.
+
+applyInPandasWithState runs a `with TaskState(...)` block per group: thousands per task
+attempt, each with the same task and arguments. The settings, the task's names, the
+schema, the transport and the objects that Open, read and commit through it are the same
+for all of them and never change once built (frozen or slotted, nothing assigned after
+`__init__`), so the attempt's first block builds them and its later blocks take them from
+here. A block's own changes (`_block.Block`) are always new.
+
+Kept per (process, task identity, arguments). A `TaskIdentity` holds the attempt, the
+partition and the batch, so a reused `LocalContext` whose batch moved finds other parts.
+Arguments that cannot be hashed, and `upgrade` functions, skip the table: the block
+builds its own, and a bad argument is refused as it always was. The table is emptied past
+ATTEMPTS_KEPT entries, as `_config`'s is (an evicted attempt builds again, that is all).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from taskstate.proto import taskstate_pb2 as pb
+from taskstate.proto.ids import fq_task_id
+
+from ._codec import CODECS, JsonCodec
+from ._commit import Committer
+from ._config import TaskStateConfig, for_attempt
+from ._context import TaskIdentity
+from ._errors import ConfigError
+from ._reads import Reads
+from ._schema import Schema, Upgrade, event_time_ms
+from ._session import Claims, writer_of
+from ._transport import GrpcTransport
+from ._wire import REQUEST_HEADROOM
+
+ATTEMPTS_KEPT = 256
+
+
+@dataclass(frozen=True, slots=True)
+class TaskParts:
+    """One task attempt's settings and the objects every block of it uses."""
+
+    config: TaskStateConfig
+    task_id: str
+    codec: JsonCodec
+    schema: Schema
+    transport: GrpcTransport
+    claims: Claims
+    reads: Reads
+    committer: Committer
+
+
+_by_attempt: dict[tuple[object, ...], TaskParts] = {}
+
+
+def parts_for(
+    ident: TaskIdentity,
+    local_property: Callable[[str], str | None],
+    *,
+    ttl: float | None,
+    now: Any,
+    version: int,
+    upgrade: Mapping[int, Upgrade] | None,
+    **arguments: Any,
+) -> TaskParts:
+    """The parts of the task attempt `ident` for these arguments, built once here.
+
+    `arguments`: TaskState's settings (component, namespace, sidecar, mode, durability,
+    codec, partitions), resolved by `_config.for_attempt`.
+    """
+    key: tuple[object, ...] = ()
+    found = None
+    if upgrade is None:
+        # each value with its type: 1, 1.0 and True are equal keys, not equal arguments
+        named = ((n, v.__class__, v) for n, v in arguments.items())
+        key = (os.getpid(), ident, ttl.__class__, ttl, now.__class__, now, version.__class__,
+               version, *named)  # fmt: skip
+        try:
+            found = _by_attempt.get(key)
+        except TypeError:  # an argument that cannot be hashed: building says what is wrong
+            key = ()
+    if found is None:
+        found = _build(ident, local_property, ttl, now, version, upgrade, arguments)
+        if key:
+            if len(_by_attempt) >= ATTEMPTS_KEPT:
+                _by_attempt.clear()
+            _by_attempt[key] = found
+    return found
+
+
+def _build(
+    ident: TaskIdentity,
+    local_property: Callable[[str], str | None],
+    ttl: float | None,
+    now: Any,
+    version: int,
+    upgrade: Mapping[int, Upgrade] | None,
+    arguments: dict[str, Any],
+) -> TaskParts:
+    c = for_attempt(ident.attempt_id, local_property, **arguments)
+    task_id = fq_task_id(c.namespace, c.component, ident.partition)
+    if c.partitions is not None and ident.partition >= c.partitions:
+        raise ConfigError(
+            f"task {task_id}: partition {ident.partition} is outside the "
+            f"{c.partitions} partitions declared (partitions={arguments['partitions']!r}): "
+            "declare the count the job really splits this component into"
+        )
+    codec: JsonCodec = CODECS[c.codec]
+    schema = Schema(task_id, codec, ttl_s=ttl, version=version, upgrade=upgrade)
+    transport = GrpcTransport(
+        c.target,
+        timeout_s=c.timeout_s,
+        retry_deadline_s=c.retry_deadline_s,
+        max_message_bytes=c.max_message_bytes,
+        security=c.security,
+    )
+    # Claims and Reads get closures over plain values, never a TaskState's bound methods:
+    # a reference cycle would keep a finished block's state (a whole dict) alive until
+    # Python's cycle collector happened to run
+    task = pb.TaskId(namespace=c.namespace, component=c.component, partition=ident.partition)
+    who = writer_of(ident)
+
+    def task_msg() -> pb.TaskId:
+        return task
+
+    def writer() -> pb.Writer:
+        return who
+
+    claims = Claims(task_id, transport, schema, c, ident, task_msg, writer,
+                    event_time_ms(task_id, now))  # fmt: skip
+    reads = Reads(task_id, transport, schema, task_msg, c.max_message_bytes - REQUEST_HEADROOM)
+    committer = Committer(transport, c, task_id, task, who, ident.batch)
+    return TaskParts(c, task_id, codec, schema, transport, claims, reads, committer)
