@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import os
@@ -176,7 +177,12 @@ def identity(ctx: Any) -> TaskIdentity:
             batch = int(str(raw_batch))
         except ValueError as exc:
             raise ConfigError(f"local property {where}={raw_batch!r} is not an integer") from exc
-    return TaskIdentity(partition, batch, attempt, attempt_id, streaming)
+    return _identity(partition, batch, attempt, attempt_id, streaming)
+
+
+# the blocks of an attempt (a group call each) share one TaskIdentity: building a frozen
+# dataclass costs more than the lookups that name it
+_identity = functools.lru_cache(maxsize=256)(TaskIdentity)
 
 
 def _streaming_signal(ctx: Any) -> str | None:
@@ -239,8 +245,15 @@ def attempt_scope(ctx: Any) -> str:
         found = "dirs-" + _digest(os.environ["SPARK_LOCAL_DIRS"])
     if found is None:
         return _PROCESS_SCOPE
+    return _scope_name(found)
+
+
+@functools.lru_cache(maxsize=64)
+def _scope_name(found: str) -> str:
+    """`found` as a scope: itself when it is a valid name, else a digest of it."""
     return found if ids.name_problem("scope", found) is None else "h-" + _digest(found)
 
 
+@functools.lru_cache(maxsize=64)
 def _digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:24]
