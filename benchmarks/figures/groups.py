@@ -178,6 +178,8 @@ def groups(
             if stored != expected(n, keys, batches):
                 raise AssertionError(f"groups benchmark ({variant}, {keys} keys): state not exact")
         ratio = got["deferred"] / got["spark"]
+        # issue 33: one-key groups at GroupState's cost; larger groups pay a hand-over
+        bar = 1.0 if keys == 1 else 1.5
         detail = {
             "sync_ms": got["sync"], "sync_ratio": got["sync"] / got["spark"],
             "batches": batches, "partitions": 2,
@@ -195,8 +197,8 @@ def groups(
                 got["spark"],
                 "ms",
                 ratio,
-                "<= 1.5",
-                ratio <= 1.5,
+                f"<= {bar}",
+                ratio <= bar,
                 detail,
             )  # fmt: skip
         )
