@@ -72,17 +72,18 @@ def remember(task_id: str, session: Session, limit_tasks: int, limit_bytes: int)
     claim but lose their data, whatever their attempt.
     """
     with sessions_lock:
-        # (the next block of the attempt that was last here, as in a task's group calls:
-        # the order and the count are already right)
+        # (the next block of the attempt that was last here, as in a task's group calls,
+        # is in its place already)
         if sessions.get(task_id) is not session or next(reversed(sessions)) != task_id:
             sessions.pop(task_id, None)
             sessions[task_id] = session
-            excess = len(sessions) - max(limit_tasks, 1)
+        excess = len(sessions) - max(limit_tasks, 1)
+        if excess > 0:
             for key in [
                 k
                 for k, s in sessions.items()
                 if not s.active and s.attempt_id != session.attempt_id
-            ][: max(excess, 0)]:
+            ][:excess]:
                 del sessions[key]
         total = _total()
         for s in list(sessions.values()):  # least recently used first
