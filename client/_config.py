@@ -18,7 +18,7 @@ import functools
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from taskstate.proto import frames, ids
 from taskstate.proto.durability import Durability
@@ -244,30 +244,55 @@ class TaskStateConfig:
         )
 
 
-# (attempt, arguments) -> settings; the attempts of a process come and go, so the table is
-# emptied when it grows past ATTEMPTS_KEPT (an evicted attempt resolves again, that is all)
-_by_attempt: dict[tuple[object, ...], TaskStateConfig] = {}
 ATTEMPTS_KEPT = 256
+T = TypeVar("T")
+
+
+def typed(arguments: Mapping[str, Any]) -> tuple[tuple[str, type, Any], ...]:
+    """Arguments as part of a table key, each value with its type.
+
+    1, 1.0 and True are equal keys, not equal arguments (True is no partition count).
+    """
+    return tuple((n, v.__class__, v) for n, v in arguments.items())
+
+
+def kept_per_attempt(
+    table: dict[tuple[object, ...], T],
+    key: tuple[object, ...],
+    build: Callable[..., T],
+    *args: Any,
+) -> T:
+    """`build(*args)`, kept in `table` under `key` (which names the task attempt).
+
+    The attempts of a process come and go, so the table is emptied when it grows past
+    ATTEMPTS_KEPT (an evicted attempt builds again, that is all). A key that cannot be
+    hashed is not kept: `build` says what is wrong with the argument in it. (`args`, not
+    a closure: a block's TaskState goes through here at every group call.)
+    """
+    try:
+        found = table.get(key)
+    except TypeError:
+        return build(*args)
+    if found is None:
+        found = build(*args)
+        if len(table) >= ATTEMPTS_KEPT:
+            table.clear()
+        table[key] = found
+    return found
+
+
+_by_attempt: dict[tuple[object, ...], TaskStateConfig] = {}  # (attempt, arguments) -> settings
 
 
 def for_attempt(
     attempt_id: str, local_property: Callable[[str], str | None], **arguments: Any
 ) -> TaskStateConfig:
     """`TaskStateConfig.resolve(**arguments)`, once per task attempt and arguments here."""
-    # each value with its type: 1 and True are equal keys, not equal arguments
-    key: tuple[object, ...] = (attempt_id, *((n, v.__class__, v) for n, v in arguments.items()))
-    try:
-        found = _by_attempt.get(key)
-    except TypeError:  # an argument that cannot be hashed: resolve says what is wrong
-        found = None
-        key = ()
-    if found is None:
-        found = TaskStateConfig.resolve(local_property=local_property, **arguments)
-        if key:
-            if len(_by_attempt) >= ATTEMPTS_KEPT:
-                _by_attempt.clear()
-            _by_attempt[key] = found
-    return found
+    return kept_per_attempt(
+        _by_attempt,
+        (attempt_id, *typed(arguments)),
+        lambda: TaskStateConfig.resolve(local_property=local_property, **arguments),
+    )
 
 
 def _durability(text: str, where: str) -> Durability:

@@ -7,11 +7,11 @@ for all of them and never change once built (frozen or slotted, nothing assigned
 `__init__`), so the attempt's first block builds them and its later blocks take them from
 here. A block's own changes (`_block.Block`) are always new.
 
-Kept per (process, task identity, arguments). A `TaskIdentity` holds the attempt, the
-partition and the batch, so a reused `LocalContext` whose batch moved finds other parts.
-Arguments that cannot be hashed, and `upgrade` functions, skip the table: the block
-builds its own, and a bad argument is refused as it always was. The table is emptied past
-ATTEMPTS_KEPT entries, as `_config`'s is (an evicted attempt builds again, that is all).
+Kept per (process, task identity, arguments), as `_config` keeps the settings
+(`kept_per_attempt`). A `TaskIdentity` holds the attempt, the partition and the batch, so
+a reused `LocalContext` whose batch moved finds other parts. Arguments that cannot be
+hashed, and `upgrade` functions, skip the table: the block builds its own, and a bad
+argument is refused as it always was.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from taskstate.proto.ids import fq_task_id
 
 from ._codec import CODECS, JsonCodec
 from ._commit import Committer
-from ._config import TaskStateConfig, for_attempt
+from ._config import TaskStateConfig, for_attempt, kept_per_attempt, typed
 from ._context import TaskIdentity
 from ._errors import ConfigError
 from ._reads import Reads
@@ -34,8 +34,6 @@ from ._schema import Schema, Upgrade, event_time_ms
 from ._session import Claims, writer_of
 from ._transport import GrpcTransport
 from ._wire import REQUEST_HEADROOM
-
-ATTEMPTS_KEPT = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,24 +68,14 @@ def parts_for(
     `arguments`: TaskState's settings (component, namespace, sidecar, mode, durability,
     codec, partitions), resolved by `_config.for_attempt`.
     """
-    key: tuple[object, ...] = ()
-    found = None
-    if upgrade is None:
-        # each value with its type: 1, 1.0 and True are equal keys, not equal arguments
-        named = ((n, v.__class__, v) for n, v in arguments.items())
-        key = (os.getpid(), ident, ttl.__class__, ttl, now.__class__, now, version.__class__,
-               version, *named)  # fmt: skip
-        try:
-            found = _by_attempt.get(key)
-        except TypeError:  # an argument that cannot be hashed: building says what is wrong
-            key = ()
-    if found is None:
-        found = _build(ident, local_property, ttl, now, version, upgrade, arguments)
-        if key:
-            if len(_by_attempt) >= ATTEMPTS_KEPT:
-                _by_attempt.clear()
-            _by_attempt[key] = found
-    return found
+    if upgrade is not None:  # functions: this block's own parts
+        return _build(ident, local_property, ttl, now, version, upgrade, arguments)
+    # each value with its type, as `typed` gives the others
+    key = (os.getpid(), ident, ttl.__class__, ttl, now.__class__, now, version.__class__,
+           version, *typed(arguments))  # fmt: skip
+    return kept_per_attempt(
+        _by_attempt, key, _build, ident, local_property, ttl, now, version, None, arguments
+    )
 
 
 def _build(
