@@ -143,17 +143,28 @@ def expected(groups: int, keys: int, batches: int) -> dict[str, int]:
     return {f"g{i:07d}:{j}": total for i in range(2 * groups) for j in range(keys)}
 
 
-# quick (CI's smoke test) runs one shape: each shape is three Spark applications (~55 s)
-SIZES = {"full": ((10_000, 1, 6), (1_000, 100, 6)), "quick": ((200, 1, 4),)}
+# (shapes, variants): a shape is three Spark applications (~55 s); quick (CI's smoke test)
+# runs one shape without the "sync" variant (flushBarrier=false has its own e2e test,
+# tests/e2e/spark_plugin/test_plugin_and_packaging.py), two applications
+FULL = ("deferred", "sync", "spark")
+SIZES = {
+    "full": (((10_000, 1, 6), (1_000, 100, 6)), FULL),
+    "quick": (((200, 1, 4),), ("deferred", "spark")),
+}
 
 
-def measure(bench: Bench, size: tuple[tuple[int, int, int], ...]) -> list[Figure]:
+def measure(
+    bench: Bench, size: tuple[tuple[tuple[int, int, int], ...], tuple[str, ...]]
+) -> list[Figure]:
     """The applyInPandasWithState figures, one per shape."""
-    return groups(bench.redis, bench.work, size)
+    return groups(bench.redis, bench.work, *size)
 
 
 def groups(
-    redis: RedisServer, work: Path, shapes: tuple[tuple[int, int, int], ...]
+    redis: RedisServer,
+    work: Path,
+    shapes: tuple[tuple[int, int, int], ...],
+    variants: tuple[str, ...] = FULL,
 ) -> list[Figure]:
     """Median batch: taskstate with the plugin's flush (and without) vs Spark's GroupState."""
     from taskstate.spark_plugin.package import build_jar
@@ -163,7 +174,7 @@ def groups(
     figures = []
     for n, keys, batches in shapes:
         got: dict[str, float] = {}
-        for variant in ("deferred", "sync", "spark"):
+        for variant in variants:
             say(f"groups: {variant}, {n:,} groups per task, {keys} key(s) per group")
             ns = f"bench-groups-{os.getpid()}-{variant}-{keys}"
             got[variant] = run_one(
@@ -180,8 +191,7 @@ def groups(
         ratio = got["deferred"] / got["spark"]
         # issue 33: one-key groups at GroupState's cost; larger groups pay a hand-over
         bar = 1.0 if keys == 1 else 1.5
-        detail = {
-            "sync_ms": got["sync"], "sync_ratio": got["sync"] / got["spark"],
+        detail: dict[str, object] = {
             "batches": batches, "partitions": 2,
             "note": "median batch duration of batches 2 and later; deferred: the executor "
             "plugin's flush barrier (one commit per task and worker); sync: "
@@ -189,6 +199,8 @@ def groups(
             "plugin); baseline: the same applyInPandasWithState with its sums in GroupState "
             "(default state store)",
         }  # fmt: skip
+        if "sync" in got:
+            detail.update(sync_ms=got["sync"], sync_ratio=got["sync"] / got["spark"])
         figures.append(
             Figure(
                 f"applyInPandasWithState, {n:,} groups per task x {keys} key(s): median "

@@ -52,7 +52,8 @@ def test_quick_benchmarks_run_and_report_every_figure(spark_ready: None, tmp_pat
     hand = [f for f in result["figures"] if f["name"].startswith("hand-over batch")]
     assert len(hand) == 2 and hand[0]["detail"]["40000_delta_restores"] == 5
     groups = [f for f in result["figures"] if f["name"].startswith("applyInPandasWithState")]
-    assert len(groups) == 1 and groups[0]["ours"] > 0 and groups[0]["detail"]["sync_ms"] > 0
+    # quick runs the plugin's query and GroupState's (the "sync" variant only in full runs)
+    assert len(groups) == 1 and groups[0]["ours"] > 0 and "sync_ms" not in groups[0]["detail"]
     (sess,) = [f for f in result["figures"] if f["name"].startswith("sessionization")]
     assert sess["detail"]["closed_sessions"] > 0 and sess["detail"]["calls_per_task_and_batch"] > 0
     (mem,) = [f for f in result["figures"] if f["name"].startswith("executor memory")]
