@@ -101,6 +101,16 @@ class Scanner:
                 server = served_by
                 if cursor != 0 and ahead:
                     pending = fetch(cursor)
+                    # Two turns of the loop, so that the ask is written to Redis now and not
+                    # when the caller's handling of this page (a restore packs and sends it)
+                    # first waits: the first turn starts the task, which stops once where
+                    # redis-py sends under a socket timeout (`asyncio.wait_for` runs the
+                    # write as a task of its own); the second writes the command. A
+                    # restore of 200,000 fields went from 0.75 to 1.0 of HSCAN, 1,000,000
+                    # from 0.84 to 1.01 (medians of 36 and 12 interleaved restores).
+                    # test_scan_pages.py holds redis-py to the two turns.
+                    await asyncio.sleep(0)
+                    await asyncio.sleep(0)
                 if items:
                     yield items
                 if cursor == 0:

@@ -8,6 +8,7 @@ not in a read that would then yield a dict.
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -81,6 +82,35 @@ def test_flat_pages_ask_for_the_next_page_while_the_caller_holds_one(
     # a caller that stops early: nothing more is asked, and the connection still serves
     assert stray == 0 and not left, f"a stopped scan left {left} running"
     assert again == 5000
+
+
+def test_the_next_page_is_asked_for_before_the_caller_gets_this_one(
+    redis_server: RedisServer, namespace: str
+) -> None:
+    """The ask for page 2 is on its way to Redis when the caller gets page 1, before the
+    caller's handling of it lets the loop run (a restore packs and sends the page first)."""
+    key = f"{namespace}:early"
+    redis_server.client().hset(key, mapping={f"k{i}": "v" for i in range(5000)})
+    r = redis_server.client()
+
+    def hscans() -> int:
+        return int(r.info("commandstats").get("cmdstat_hscan", {}).get("calls", 0))
+
+    async def run() -> int:
+        conn = Connection(RedisSettings(url=redis_server.url), RetryPolicy(), 10.0)
+        try:
+            before = hscans()
+            pages = Scanner(conn).flat_pages(key, 500, None, "read")
+            await anext(pages)
+            time.sleep(0.2)  # the loop does not run: only what was sent already counts
+            asked = hscans() - before
+            await pages.aclose()
+            return asked
+        finally:
+            await conn.close()
+
+    asked = asyncio.run(run())
+    assert asked == 2, f"{asked} HSCAN(s) had reached Redis when the caller got page 1"
 
 
 def test_both_page_forms_name_the_server_that_answered(
