@@ -77,10 +77,18 @@ def rows(options: Any) -> tuple[Callable[[int], int], Callable[[int, int], tuple
     return (lambda b: len(heard(b))), row
 
 
-def group_fn(variant: str, namespace: str) -> Callable[..., Iterator[Any]]:
-    """The applyInPandasWithState function of `variant`."""
+def group_fn(variant: str, namespace: str, calls_dir: str) -> Callable[..., Iterator[Any]]:
+    """The applyInPandasWithState function of `variant`.
+
+    Each call also times its state work (GroupState's, or the whole `with TaskState`
+    block) into CALLS_DIR/calls-PID.txt, "batch microseconds" per line (written every
+    256 calls: the last few of a worker may be missing, the figure uses medians).
+    """
+    timings: list[str] = []
 
     def per_group(key: tuple[str], frames: Iterator[Any], gs: Any) -> Iterator[Any]:
+        import time
+
         import pandas as pd
         from pyspark import TaskContext
 
@@ -88,6 +96,7 @@ def group_fn(variant: str, namespace: str) -> Callable[..., Iterator[Any]]:
         batch = int(ctx.getLocalProperty("streaming.sql.batchId") or -1) if ctx else -1
         (word,) = key
         stamps = [int(t.value // 1_000_000) for f in frames for t in f["ts"]]
+        t0 = time.perf_counter()
         if variant == "spark":
             session, closed = session_call(word, stamps, gs)
         else:
@@ -95,10 +104,28 @@ def group_fn(variant: str, namespace: str) -> Callable[..., Iterator[Any]]:
 
             with TaskState(ctx, component=COMPONENT, namespace=namespace) as s:
                 session, closed = session_call(word, stamps, gs, s)
+        timings.append(f"{batch} {1e6 * (time.perf_counter() - t0):.1f}\n")
+        if len(timings) >= 256:
+            with open(os.path.join(calls_dir, f"calls-{os.getpid()}.txt"), "a") as f:
+                f.writelines(timings)
+            timings.clear()
         start, last, count = session
         yield pd.DataFrame([(batch, word, start, last, count, closed)], columns=list(COLUMNS))
 
     return per_group
+
+
+def state_us(work: Path, batches: int) -> tuple[float, float]:
+    """Median and mean microseconds of state work per group call, timed batches only."""
+    us = [
+        float(t)
+        for f in (work / "calls").glob("calls-*.txt")
+        for b, t in (line.split() for line in f.read_text().splitlines())
+        if FIRST_TIMED <= int(b) < batches
+    ]
+    if not us:
+        raise AssertionError(f"sessions benchmark: no group call timed in {work / 'calls'}")
+    return statistics.median(us), statistics.fmean(us)
 
 
 def job(a: argparse.Namespace) -> int:
@@ -120,10 +147,11 @@ def job(a: argparse.Namespace) -> int:
     )
     state_schema = "start long, last long, count long" if a.variant == "spark" else "m boolean"
     checkpoint = str(work / "checkpoint")
+    (work / "calls").mkdir(exist_ok=True)
     query = (
         events.groupBy("word")
         .applyInPandasWithState(
-            group_fn(a.variant, a.namespace),
+            group_fn(a.variant, a.namespace, str(work / "calls")),
             OUT,
             state_schema,
             "append",
@@ -142,8 +170,11 @@ def job(a: argparse.Namespace) -> int:
 def run_one(
     variant: str, work: Path, redis_url: str, plugin_jar: str, namespace: str, words: int,
     batches: int,
-) -> tuple[float, list[tuple[Any, ...]]]:  # fmt: skip
-    """One query: its median batch duration in ms (batches FIRST_TIMED and later), its rows."""
+) -> tuple[float, list[tuple[Any, ...]], tuple[float, float]]:  # fmt: skip
+    """One query: its median batch (ms), its rows, and its state work per group call (us).
+
+    The median batch of batches FIRST_TIMED and later; the median and mean microseconds.
+    """
     from taskstate.demo.jobs import read_output_files
 
     args = [
@@ -159,7 +190,7 @@ def run_one(
     # the rows of the data batches: a no-data batch that fires the last timeouts may or
     # may not commit before the query is stopped
     rows = (tuple(r[c] for c in COLUMNS) for r in read_output_files(work / "out"))
-    return median, sorted(r for r in rows if r[0] < batches)
+    return median, sorted(r for r in rows if r[0] < batches), state_us(work, batches)
 
 
 # (words, batches, variants); quick (CI's smoke test) runs two Spark applications
@@ -181,10 +212,11 @@ def sessions(redis_url: str, work: Path, words: int, batches: int, variants: Any
     jar = str(build_jar(work))
     got: dict[str, float] = {}
     outputs: dict[str, list[tuple[Any, ...]]] = {}
+    in_call: dict[str, tuple[float, float]] = {}
     for variant in variants:
         say(f"sessions: {variant}, {words:,} words")
         ns = f"bench-sessions-{os.getpid()}-{variant}"
-        got[variant], outputs[variant] = run_one(
+        got[variant], outputs[variant], in_call[variant] = run_one(
             variant, work / f"sessions-{variant}", redis_url, jar, ns, words, batches
         )
     for variant in variants:
@@ -202,9 +234,13 @@ def sessions(redis_url: str, work: Path, words: int, batches: int, variants: Any
         "deferred_batch_ms": got["deferred"], "spark_batch_ms": got["spark"],
         "calls_per_task_and_batch": calls, "batches": batches,
         "closed_sessions": sum(1 for r in timed if r[5]),
+        "state_us_per_call": {v: {"p50": p50, "mean": mean} for v, (p50, mean) in in_call.items()},
         "note": "median batch duration of batches 3 and later, divided by the group calls "
         "of a task in a batch (a batch's two tasks run side by side); the outputs of the "
-        "taskstate queries equal GroupState's, row for row",
+        "taskstate queries equal GroupState's, row for row. state_us_per_call: the state "
+        "work inside each group call, timed in the Python worker (GroupState's session "
+        "update, or the whole `with TaskState` block): the figure's difference without "
+        "the rest of the batch, whose run-to-run noise is larger than the target",
     }  # fmt: skip
     if "sync" in got:
         detail["sync_batch_ms"] = got["sync"]
