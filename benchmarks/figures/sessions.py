@@ -77,20 +77,37 @@ def rows(options: Any) -> tuple[Callable[[int], int], Callable[[int, int], tuple
     return (lambda b: len(heard(b))), row
 
 
+_CALL_FILES: dict[tuple[str, int], Any] = {}  # (calls dir, pid) -> its open file
+
+
+def note_call(calls_dir: str, batch: int, us: float) -> None:
+    """Append one group call's state time to CALLS_DIR/calls-PID.txt.
+
+    Line-buffered: a worker is killed at the end, and a task's last calls count too.
+    """
+    key = (calls_dir, os.getpid())
+    f = _CALL_FILES.get(key)
+    if f is None:
+        f = _CALL_FILES[key] = open(  # kept open for the process
+            os.path.join(calls_dir, f"calls-{os.getpid()}.txt"), "a", buffering=1
+        )
+    f.write(f"{batch} {us:.1f}\n")
+
+
 def group_fn(variant: str, namespace: str, calls_dir: str) -> Callable[..., Iterator[Any]]:
     """The applyInPandasWithState function of `variant`.
 
     Each call also times its state work (GroupState's, or the whole `with TaskState`
-    block) into CALLS_DIR/calls-PID.txt, "batch microseconds" per line (written every
-    256 calls: the last few of a worker may be missing, the figure uses medians).
+    block) into CALLS_DIR (`note_call`), the same few microseconds of writing in both.
     """
-    timings: list[str] = []
 
     def per_group(key: tuple[str], frames: Iterator[Any], gs: Any) -> Iterator[Any]:
         import time
 
         import pandas as pd
         from pyspark import TaskContext
+
+        from benchmarks.figures.sessions import note_call
 
         ctx = TaskContext.get()
         batch = int(ctx.getLocalProperty("streaming.sql.batchId") or -1) if ctx else -1
@@ -104,11 +121,7 @@ def group_fn(variant: str, namespace: str, calls_dir: str) -> Callable[..., Iter
 
             with TaskState(ctx, component=COMPONENT, namespace=namespace) as s:
                 session, closed = session_call(word, stamps, gs, s)
-        timings.append(f"{batch} {1e6 * (time.perf_counter() - t0):.1f}\n")
-        if len(timings) >= 256:
-            with open(os.path.join(calls_dir, f"calls-{os.getpid()}.txt"), "a") as f:
-                f.writelines(timings)
-            timings.clear()
+        note_call(calls_dir, batch, 1e6 * (time.perf_counter() - t0))
         start, last, count = session
         yield pd.DataFrame([(batch, word, start, last, count, closed)], columns=list(COLUMNS))
 

@@ -56,6 +56,8 @@ def test_quick_benchmarks_run_and_report_every_figure(spark_ready: None, tmp_pat
     assert len(groups) == 1 and groups[0]["ours"] > 0 and "sync_ms" not in groups[0]["detail"]
     (sess,) = [f for f in result["figures"] if f["name"].startswith("sessionization")]
     assert sess["detail"]["closed_sessions"] > 0 and sess["detail"]["calls_per_task_and_batch"] > 0
+    timed = sess["detail"]["state_us_per_call"]  # each variant's calls timed in its workers
+    assert set(timed) == {"spark", "deferred"} and all(t["p50"] > 0 for t in timed.values())
     (mem,) = [f for f in result["figures"] if f["name"].startswith("executor memory")]
     (moved,) = [f for f in result["figures"] if f["name"].startswith("rescale 20,000 keys")]
     assert moved["ours"] > 0 and moved["baseline"] > 0
