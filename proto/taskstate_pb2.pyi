@@ -123,7 +123,7 @@ class Entry(_message.Message):
     def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class RestoreChunk(_message.Message):
-    __slots__ = ("entries", "last", "version", "packed", "delta", "deletes", "packed_deletes", "not_covered", "committed_batch")
+    __slots__ = ("entries", "last", "version", "packed", "delta", "deletes", "packed_deletes", "not_covered", "committed_batch", "columns")
     ENTRIES_FIELD_NUMBER: _ClassVar[int]
     LAST_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -133,6 +133,7 @@ class RestoreChunk(_message.Message):
     PACKED_DELETES_FIELD_NUMBER: _ClassVar[int]
     NOT_COVERED_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_BATCH_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     entries: _containers.RepeatedCompositeFieldContainer[Entry]
     last: bool
     version: str
@@ -142,7 +143,8 @@ class RestoreChunk(_message.Message):
     packed_deletes: bytes
     not_covered: bool
     committed_batch: int
-    def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., last: _Optional[bool] = ..., version: _Optional[str] = ..., packed: _Optional[bytes] = ..., delta: _Optional[bool] = ..., deletes: _Optional[_Iterable[str]] = ..., packed_deletes: _Optional[bytes] = ..., not_covered: _Optional[bool] = ..., committed_batch: _Optional[int] = ...) -> None: ...
+    columns: bytes
+    def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., last: _Optional[bool] = ..., version: _Optional[str] = ..., packed: _Optional[bytes] = ..., delta: _Optional[bool] = ..., deletes: _Optional[_Iterable[str]] = ..., packed_deletes: _Optional[bytes] = ..., not_covered: _Optional[bool] = ..., committed_batch: _Optional[int] = ..., columns: _Optional[bytes] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
     __slots__ = ("task", "epoch", "batch", "upserts", "deletes", "position", "has_position", "durability", "replicas", "writer", "packed_upserts", "packed_deletes")
@@ -359,20 +361,22 @@ class AdoptResponse(_message.Message):
     def __init__(self, known_before: _Optional[bool] = ..., tasks: _Optional[int] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
-    __slots__ = ("task", "pattern", "max_fields", "keys", "changes_since_batch", "packed")
+    __slots__ = ("task", "pattern", "max_fields", "keys", "changes_since_batch", "packed", "columns")
     TASK_FIELD_NUMBER: _ClassVar[int]
     PATTERN_FIELD_NUMBER: _ClassVar[int]
     MAX_FIELDS_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
     CHANGES_SINCE_BATCH_FIELD_NUMBER: _ClassVar[int]
     PACKED_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     task: TaskId
     pattern: str
     max_fields: int
     keys: _containers.RepeatedScalarFieldContainer[str]
     changes_since_batch: int
     packed: bool
-    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., pattern: _Optional[str] = ..., max_fields: _Optional[int] = ..., keys: _Optional[_Iterable[str]] = ..., changes_since_batch: _Optional[int] = ..., packed: _Optional[bool] = ...) -> None: ...
+    columns: bool
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., pattern: _Optional[str] = ..., max_fields: _Optional[int] = ..., keys: _Optional[_Iterable[str]] = ..., changes_since_batch: _Optional[int] = ..., packed: _Optional[bool] = ..., columns: _Optional[bool] = ...) -> None: ...
 
 class SeedBeginRequest(_message.Message):
     __slots__ = ("namespace", "component", "partitions", "overwrite", "batch", "key_type", "quiet_seconds", "lease_seconds")

@@ -19,6 +19,7 @@ from typing import cast
 
 import msgpack
 
+from taskstate.proto import columns
 from taskstate.proto import taskstate_pb2 as pb
 
 from . import metrics
@@ -176,6 +177,21 @@ def flat_chunks(flat: Sequence[str | bytes], packed: bool) -> list[pb.RestoreChu
     pairs = cast(list[tuple[str | bytes, bytes]], list(zip(flat[0::2], flat[1::2], strict=True)))
     chunk = packed_chunk if packed else entries_chunk
     return [chunk(piece) for piece in pieces(pairs)]
+
+
+def columns_chunks(flat: Sequence[bytes]) -> list[pb.RestoreChunk]:
+    """A page [key1, value1, ...] of Redis' bytes as chunks in the column form.
+
+    `taskstate.proto.columns`, in chunks of about CHUNK_BYTES (usually one).
+    """
+    sizes = columns.lengths(flat)
+    if sum(sizes) + 4 * len(flat) <= CHUNK_BYTES:  # in C: the common case
+        return [pb.RestoreChunk(columns=columns.pack_flat(flat, sizes))]
+    pairs = list(zip(flat[0::2], flat[1::2], strict=True))
+    return [
+        pb.RestoreChunk(columns=columns.pack([k for k, _ in p], [v for _, v in p]))
+        for p in cast(list[list[tuple[bytes, bytes]]], pieces(pairs))
+    ]
 
 
 def delete_chunk(deletes: Sequence[str | bytes], packed: bool) -> pb.RestoreChunk:

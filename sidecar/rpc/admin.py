@@ -17,6 +17,7 @@ from ..config import Limits
 from ..restore import (
     DEFAULT_CHUNK_FIELDS,
     MAX_CHUNK_FIELDS,
+    columns_chunks,
     delete_chunk,
     entries_chunk,
     flat_chunks,
@@ -179,9 +180,19 @@ class AdminRpcs:
             if page.deletes:
                 sent += len(page.deletes)
                 yield delete_chunk(page.deletes, request.packed)
-            if page.flat:
-                sent += len(page.flat) // 2
-                for chunk in flat_chunks(page.flat, request.packed):
+            flat = page.flat
+            if request.columns and page.items:  # keys read by name: few, maybe str
+                flat = [x if isinstance(x, bytes) else x.encode()
+                        for pair in page.items for x in pair]  # fmt: skip
+            if request.columns and flat:
+                sent += len(flat) // 2
+                for chunk in columns_chunks(flat):
+                    chunk.delta = delta
+                    yield chunk
+                continue
+            if flat:
+                sent += len(flat) // 2
+                for chunk in flat_chunks(flat, request.packed):
                     chunk.delta = delta
                     yield chunk
             for piece in pieces(page.items) if page.items else ():
