@@ -76,3 +76,25 @@ def test_a_blob_that_is_not_a_column_chunk_is_refused(blob: bytes) -> None:
         _columns(blob)
     with pytest.raises(ValueError, match="column chunk"):
         columns.unpack(blob)
+
+
+def test_spilled_chunks_read_back_in_either_form() -> None:
+    import msgpack
+
+    from taskstate.proto import taskstate_pb2 as pb
+    from taskstate.spark_plugin.datasource.read import _Spill
+
+    spill = _Spill()
+    spill.add(pb.RestoreChunk(columns=columns.pack([b"a"], [b"1"])))  # held in memory
+    spill.add(pb.RestoreChunk(columns=columns.pack([b"b"], [b"2"])))  # the rest: spilled
+    # an older sidecar's msgpack chunk, with deleted keys
+    spill.add(pb.RestoreChunk(packed=msgpack.packb([b"c", b"3"]), packed_deletes=b"\x91\xa1d"))
+    spill.add(pb.RestoreChunk(packed_deletes=b"\x91\xa1e"))  # deletes only
+    spill.rewind()
+    got = [(None if e is None else (e[0].to_pylist(), e[1].to_pylist()), d) for e, d in spill]
+    assert got == [
+        ((["a"], ["1"]), b""),
+        ((["b"], ["2"]), b""),
+        ((["c"], ["3"]), b"\x91\xa1d"),
+        (None, b"\x91\xa1e"),
+    ]
