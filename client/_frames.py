@@ -2,9 +2,12 @@
 
 A call either returns the response message's bytes, or raises `FrameStatusError` (the sidecar
 answered with an error), `LaneUnreachableError` (no connection: nothing was sent) or
-`LaneDownError` (the socket failed: no answer, or a part of one).
+`LaneDownError` (the socket failed: no answer, or a part of one). A stream (`stream`)
+yields its messages as they come, and fails the same ways.
 After any failure the socket is closed, so a late answer is never read as the next
-call's. `_transport.GrpcTransport` decides when the lane is used and maps both errors.
+call's; so is a stream's socket when its reader stops before the last message.
+`_transport.GrpcTransport` decides when the lane is used and maps the errors (and
+`admin.AdminClient.read_chunks` for the Read stream).
 """
 
 from __future__ import annotations
@@ -13,8 +16,12 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from taskstate.proto import frames
+
+T = TypeVar("T")
 
 
 class FrameStatusError(Exception):
@@ -60,6 +67,11 @@ class FrameLane:
         if sock is not None and local.pid == os.getpid():
             return sock
         # none yet, or the parent's before a fork: leave the parent's alone, open our own
+        sock = self._connect(timeout_s)
+        local.sock, local.pid = sock, os.getpid()
+        return sock
+
+    def _connect(self, timeout_s: float) -> socket.socket:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         sock.settimeout(timeout_s)
         try:
@@ -68,7 +80,6 @@ class FrameLane:
             sock.close()
             self._paused_until = time.monotonic() + self.PAUSE_S
             raise LaneUnreachableError(f"cannot connect to {self.path}: {exc}") from None
-        local.sock, local.pid = sock, os.getpid()
         return sock
 
     def _drop(self) -> None:
@@ -108,6 +119,83 @@ class FrameLane:
             code, details = frames.parse_error(body)
             raise FrameStatusError(status, code, details)
         return body
+
+    def stream(
+        self,
+        method: str,
+        message: bytes,
+        wait_s: float,
+        max_bytes: int,
+        parse: Callable[[Any], T],
+        last: Callable[[T], bool],
+    ) -> Iterator[T]:
+        """A server stream: each message parsed, up to the one `last` says ends it.
+
+        No deadline for the whole (a large read takes a while); each message must come
+        within `wait_s` of the one before. FrameStatusError when the sidecar ends the
+        stream with an error; LaneDownError when the socket fails. A stream has a
+        connection of its own, closed at its end: the thread's calls may come between two
+        of its messages (a generator read in turns), and a reader that stops early leaves
+        nothing unread on a shared socket.
+        """
+        sock = self._connect(wait_s)
+        try:
+            try:
+                sock.settimeout(wait_s)
+                sock.sendall(frames.request(frames.STREAMS[method], self._token, message, 0))
+                reader = _StreamReader(sock)
+                while True:
+                    frame = reader.frame(time.monotonic() + wait_s, max_bytes)
+                    if frame[0] != frames.OK:
+                        code, details = frames.parse_error(bytes(frame[1:]))
+                        raise FrameStatusError(frame[0], code, details)
+                    item = parse(memoryview(frame)[1:])
+                    yield item
+                    if last(item):
+                        return
+            except _TooLargeError as exc:
+                raise FrameStatusError(frames.RESOURCE_EXHAUSTED, "", str(exc)) from None
+            except (OSError, LaneDownError) as exc:
+                raise LaneDownError(f"{self.path}: {exc or type(exc).__name__}") from None
+        finally:
+            sock.close()
+
+
+class _StreamReader:
+    """A stream's frames one by one: what a read brings past a frame is the next's start."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._buf = bytearray()
+
+    def frame(self, deadline: float, max_bytes: int) -> bytearray:
+        """The next frame without its length (a large one read straight into its buffer)."""
+        buf = self._buf
+        while len(buf) < frames.LENGTH.size:
+            buf += _recv(self.sock, 1 << 16, deadline)
+        (n,) = frames.LENGTH.unpack_from(buf)
+        if n > max_bytes + 1:
+            raise _TooLargeError(
+                f"a message of {n - 1} bytes is over the client's TASKSTATE_MAX_MESSAGE_BYTES "
+                f"{max_bytes}"
+            )
+        end = frames.LENGTH.size + n
+        if len(buf) >= end:
+            out = buf[frames.LENGTH.size : end]
+            del buf[:end]
+            return out
+        out = bytearray(n)
+        got = len(buf) - frames.LENGTH.size
+        out[:got] = buf[frames.LENGTH.size :]
+        buf.clear()
+        view = memoryview(out)
+        while got < n:  # exactly the rest: nothing of the next frame
+            _wait(self.sock, deadline)
+            k = self.sock.recv_into(view[got:])
+            if k == 0:
+                raise LaneDownError("the sidecar closed the connection mid-stream")
+            got += k
+        return out
 
 
 def _read_frame(sock: socket.socket, deadline: float, max_bytes: int) -> bytes:

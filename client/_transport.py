@@ -78,6 +78,24 @@ ENV_FRAME_LANE = "TASKSTATE_FRAME_LANE"
 # one lane (its sockets: one per thread) per (target, token) in this process
 _lanes: dict[tuple[str, str | None], FrameLane] = {}
 
+
+def lane_for(target: str, security: SidecarSecurity) -> FrameLane | None:
+    """The frame lane of the sidecar at gRPC `target` (None: gRPC only).
+
+    Only for a Unix socket without TLS, and unless TASKSTATE_FRAME_LANE=off.
+    """
+    if not target.startswith("unix:") or security.tls:
+        return None
+    key = (target, security.token)
+    lane = _lanes.get(key)
+    if lane is None:
+        if os.environ.get(ENV_FRAME_LANE, "on") == "off":
+            return None
+        path = frames.lane_path(target[len("unix:") :])
+        lane = _lanes.setdefault(key, FrameLane(path, security.token))
+    return lane
+
+
 NOT_GRPC = "Failed parsing HTTP/2"  # what gRPC says of a socket that answers something else
 
 
@@ -184,16 +202,7 @@ class GrpcTransport:
 
     def _lane(self) -> FrameLane | None:
         """The sidecar's frame lane, for a Unix socket without TLS (None: gRPC only)."""
-        if not self.target.startswith("unix:") or self.security.tls:
-            return None
-        key = (self.target, self.security.token)
-        lane = _lanes.get(key)
-        if lane is None:
-            if os.environ.get(ENV_FRAME_LANE, "on") == "off":
-                return None
-            path = frames.lane_path(self.target[len("unix:") :])
-            lane = _lanes.setdefault(key, FrameLane(path, self.security.token))
-        return lane
+        return lane_for(self.target, self.security)
 
     def _unary(self, method: str, req: Any, task: str, parse: Callable[[bytes], T]) -> T:
         """A unary call: on the frame lane when the sidecar serves one, else over gRPC."""

@@ -4,8 +4,9 @@ A sidecar listening on `unix:///run/x.sock` also listens on `/run/x.frames.sock`
 (`lane_path`). There a client that shares the machine sends the same protobuf messages as
 over gRPC, framed by length, without HTTP/2 and grpc's per-call machinery: about 60 µs of
 the sidecar's CPU per call against about 400 (docs/benchmarks.md, figure 19). Only the
-task's unary calls travel this way (`METHODS`); streams, operators' calls, TCP and TLS
-stay on gRPC. The same guard serves both: tokens, limits, metrics and error codes.
+task's unary calls (`METHODS`) and the claim-free Read stream (`STREAMS`, the data
+source's reads) travel this way; the other streams, operators' calls, TCP and TLS stay
+on gRPC. The same guard serves both: tokens, limits, metrics and error codes.
 
 One call at a time per connection, in order:
 
@@ -13,6 +14,12 @@ One call at a time per connection, in order:
               u16 n | n bytes: the token (UTF-8, empty without one) | the request message
     response: u32 length of the rest | u8 status (a gRPC status code, 0 = OK) | either the
               response message, or u16 n | n bytes: the taskstate code | the details (UTF-8)
+
+A stream's answer is a response frame per message, in order, up to the one that says it
+is the last (Read: `last`) or an error frame; then the connection serves the next call.
+A stream's deadline of 0 means none (a large read takes a while). A client that stops
+reading a stream midway closes the connection; the sidecar ends the stream when its
+next write fails.
 
 Lengths are big-endian. A request longer than the sidecar's --max-message-bytes is read
 and thrown away, then refused with RESOURCE_EXHAUSTED (code LIMIT); the connection serves
@@ -29,6 +36,7 @@ SUFFIX = ".frames.sock"
 
 # method ids on the wire; never reused for another call once released
 METHODS: dict[str, int] = {"Open": 1, "Commit": 2, "MultiGet": 3, "Describe": 4}
+STREAMS: dict[str, int] = {"Read": 5}
 
 LENGTH = struct.Struct(">I")
 CALL_HEAD = struct.Struct(">BIH")  # after the length: method, deadline ms, token length
@@ -38,6 +46,7 @@ ERROR_HEAD = struct.Struct(">H")  # taskstate code length
 OK = 0
 DEADLINE_EXCEEDED = 4
 UNIMPLEMENTED = 12  # gRPC's code for a method the sidecar does not serve
+INTERNAL = 13
 RESOURCE_EXHAUSTED = 8
 INVALID_ARGUMENT = 3
 

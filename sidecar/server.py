@@ -77,7 +77,7 @@ class Sidecar:
         self._sweep_task: asyncio.Task[None] | None = None
         if config.sweep_every_s > 0:
             self.sweeper = Sweeper(self.storage.admin, config.sweep_every_s, config.sweep_idle_s)
-        unary = add_to_server(
+        served = add_to_server(
             self.server,
             self.storage,
             limits=Limits(
@@ -92,7 +92,7 @@ class Sidecar:
             flush=self.flush,
             sweeper=self.sweeper,
         )
-        self.frames = FrameLane(unary, config.max_message_bytes) if config.frame_lane else None
+        self.frames = FrameLane(served, config.max_message_bytes) if config.frame_lane else None
         self.health = HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection(

@@ -1,9 +1,10 @@
-"""The frame lane: a task's unary calls over a plain Unix socket (taskstate.proto.frames).
+"""The frame lane: a task's unary calls, and the Read stream, over a plain Unix socket.
 
-Each call is handled by the very callable gRPC serves it with (service.UnaryCall: the
-guard, the RPC body, the same parse of the request), given a context that carries the
-frame's token and turns an abort into an error frame. So tokens, limits, metrics, logs and
-error codes are those of gRPC; only the transport differs.
+The wire is taskstate.proto.frames. Each call is handled by the very callable gRPC serves
+it with (service.UnaryCall or StreamCall: the guard, the RPC body, the same parse of the
+request), given a context that carries the frame's token and turns an abort into an
+error frame. So tokens, limits, metrics, logs and error codes are those of gRPC; only
+the transport differs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import grpc
 from taskstate.proto import codes, frames
 
 from .. import metrics
-from .service import UnaryCall
+from .service import StreamCall, UnaryCall
 
 
 class _AbortedError(Exception):
@@ -69,8 +70,19 @@ async def _discard(reader: asyncio.StreamReader, n: int) -> None:
 class FrameLane:
     """Serves `calls` (by name) on one Unix socket per gRPC Unix listener."""
 
-    def __init__(self, calls: Mapping[str, UnaryCall], max_message_bytes: int) -> None:
-        self.calls = {frames.METHODS[n]: calls[n] for n in frames.METHODS}
+    def __init__(self, calls: Mapping[str, UnaryCall | StreamCall], max_message_bytes: int) -> None:
+        self.calls: dict[int, UnaryCall] = {}
+        self.streams: dict[int, StreamCall] = {}
+        for name, number in frames.METHODS.items():
+            unary = calls[name]
+            if not isinstance(unary, UnaryCall):
+                raise TypeError(f"{name} is served on the frame lane as a unary call")
+            self.calls[number] = unary
+        for name, number in frames.STREAMS.items():
+            stream = calls[name]
+            if not isinstance(stream, StreamCall):
+                raise TypeError(f"{name} is served on the frame lane as a stream")
+            self.streams[number] = stream
         self.max_message_bytes = max_message_bytes
         self._servers: list[asyncio.AbstractServer] = []
         self._connections: set[asyncio.Task[None]] = set()
@@ -108,7 +120,10 @@ class FrameLane:
                 body = await reader.readexactly(n)
                 self._busy.add(me)
                 try:
-                    writer.write(await self._answer(body))
+                    if len(body) >= frames.CALL_HEAD.size and body[0] in self.streams:
+                        await self._stream(body, writer)
+                    else:
+                        writer.write(await self._answer(body))
                 finally:
                     self._busy.discard(me)
                 if self._stopping:  # the call is answered; the client's next goes elsewhere
@@ -152,6 +167,53 @@ class FrameLane:
                 f"{self.max_message_bytes}",
             )
         return frames.RESPONSE_HEAD.pack(1 + len(out), frames.OK) + out
+
+    async def _stream(self, body: bytes, writer: asyncio.StreamWriter) -> None:
+        """A server stream: a response frame per message, written as each comes.
+
+        Each waits for the socket to take the one before (`drain`), so a slow reader
+        holds the stream back rather than the sidecar's memory. A stream that ends
+        without its last message (which should not happen) ends with an error frame, so
+        the client never waits for more.
+        """
+        head = frames.CALL_HEAD.size
+        method, deadline_ms, tlen = frames.CALL_HEAD.unpack_from(body)
+        call = self.streams[method]
+        ctx = FrameContext(body[head : head + tlen])
+        answers = call.handle(call.parse(body[head + tlen :]), ctx)
+        ended = False
+        try:
+            async with asyncio.timeout(deadline_ms / 1000 if deadline_ms else None):
+                async for reply in answers:
+                    if ended:  # a message past the last (a bug): never sent, the stream ends
+                        break
+                    out = call.serialize(reply)
+                    if len(out) > self.max_message_bytes:
+                        writer.write(
+                            _error(
+                                frames.RESOURCE_EXHAUSTED,
+                                "",
+                                f"a message of {len(out)} bytes is over the sidecar's "
+                                f"--max-message-bytes {self.max_message_bytes}",
+                            )
+                        )
+                        return
+                    writer.write(frames.RESPONSE_HEAD.pack(1 + len(out), frames.OK) + out)
+                    ended = bool(getattr(reply, "last", False))
+                    await writer.drain()
+                # the last message sent: the handler ran to its end (counted "ok")
+        except _AbortedError as exc:
+            writer.write(_error(exc.status, exc.code, exc.details))
+            return
+        except TimeoutError:
+            writer.write(_error(frames.DEADLINE_EXCEEDED, "", "the call's deadline passed"))
+            return
+        finally:
+            await answers.aclose()
+        if not ended:
+            writer.write(
+                _error(frames.INTERNAL, codes.INTERNAL, "the stream ended without its last message")
+            )
 
     async def stop(self, grace_s: float) -> None:
         """Stop accepting; let calls under way finish (within `grace_s`); close the rest.

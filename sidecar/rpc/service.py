@@ -9,7 +9,7 @@ UNKNOWN.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,8 +81,8 @@ def _unary(guard: Guard, name: str, impl: Any) -> Callable[..., Awaitable[Any]]:
     return handle
 
 
-def _stream(guard: Guard, name: str, impl: Any) -> Callable[..., AsyncIterator[Any]]:
-    async def handle(request: Any, context: Context) -> AsyncIterator[Any]:
+def _stream(guard: Guard, name: str, impl: Any) -> Callable[..., AsyncGenerator[Any, None]]:
+    async def handle(request: Any, context: Context) -> AsyncGenerator[Any, None]:
         if isinstance(request, _Malformed):
             await _refuse_malformed(name, request, context)
         async for item in guard.stream(context, name, request, impl):
@@ -108,6 +108,15 @@ class UnaryCall:
     serialize: Callable[[Any], bytes]
 
 
+@dataclass(frozen=True, slots=True)
+class StreamCall:
+    """One server-streaming RPC as served: `handle` yields the answers (behind the guard)."""
+
+    parse: Callable[[bytes], Any]
+    handle: Callable[[Any, Any], AsyncGenerator[Any, None]]
+    serialize: Callable[[Any], bytes]
+
+
 def add_to_server(
     server: aio.Server,
     backend: Backend,
@@ -117,12 +126,13 @@ def add_to_server(
     auth: Authorizer | None = None,
     flush: FlushCoordinator | None = None,
     sweeper: Sweeper | None = None,
-) -> dict[str, UnaryCall]:
+) -> dict[str, UnaryCall | StreamCall]:
     """Serve taskstate.v1.TaskStateService on `server` from `backend`.
 
     Like the generated helper, except that each RPC runs behind the call guard and that
     bytes that are not the request message get INVALID_ARGUMENT with a taskstate code.
-    Returns the unary calls as served, for the frame lane (frames.py) to serve too.
+    Returns the unary and server-streaming calls as served, for the frame lane
+    (frames.py) to serve too.
     """
     guard = Guard(limits.max_in_flight, auth)
     tasks = MeteredTaskStore(backend.tasks)
@@ -141,7 +151,7 @@ def add_to_server(
         FlushRpcs(flush),
     )
     handlers = {}
-    unary: dict[str, UnaryCall] = {}
+    served: dict[str, UnaryCall | StreamCall] = {}
     for m in _SERVICE.methods:
         impl = next((getattr(a, m.name) for a in audiences if hasattr(a, m.name)), None)
         if impl is None:
@@ -154,17 +164,19 @@ def add_to_server(
                 response_serializer=out,
             )
         elif m.server_streaming:
+            stream = StreamCall(
+                _lenient(getattr(pb, m.input_type.name)), _stream(guard, m.name, impl), out
+            )
+            served[m.name] = stream
             handlers[m.name] = grpc.unary_stream_rpc_method_handler(
-                _stream(guard, m.name, impl),
-                request_deserializer=_lenient(getattr(pb, m.input_type.name)),
-                response_serializer=out,
+                stream.handle, request_deserializer=stream.parse, response_serializer=out
             )
         else:
             parse = _lenient(getattr(pb, m.input_type.name))
             call = UnaryCall(parse, _unary(guard, m.name, impl), out)
-            unary[m.name] = call
+            served[m.name] = call
             handlers[m.name] = grpc.unary_unary_rpc_method_handler(
                 call.handle, request_deserializer=call.parse, response_serializer=call.serialize
             )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
-    return unary
+    return served
