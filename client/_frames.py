@@ -143,7 +143,7 @@ class FrameLane:
             try:
                 sock.settimeout(wait_s)
                 sock.sendall(frames.request(frames.STREAMS[method], self._token, message, 0))
-                reader = _StreamReader(sock)
+                reader = _FrameReader(sock, "a message")
                 while True:
                     frame = reader.frame(time.monotonic() + wait_s, max_bytes)
                     if frame[0] != frames.OK:
@@ -161,12 +161,18 @@ class FrameLane:
             sock.close()
 
 
-class _StreamReader:
-    """A stream's frames one by one: what a read brings past a frame is the next's start."""
+class _FrameReader:
+    """Frames one by one: what a read brings past a frame is the next one's start."""
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: socket.socket, what: str) -> None:
         self.sock = sock
+        self.what = what  # "the answer" (a unary call's) or "a message" (a stream's)
         self._buf = bytearray()
+
+    @property
+    def pending(self) -> bool:
+        """Whether bytes past the last frame read have arrived."""
+        return bool(self._buf)
 
     def frame(self, deadline: float, max_bytes: int) -> bytearray:
         """The next frame without its length (a large one read straight into its buffer)."""
@@ -176,8 +182,8 @@ class _StreamReader:
         (n,) = frames.LENGTH.unpack_from(buf)
         if n > max_bytes + 1:
             raise _TooLargeError(
-                f"a message of {n - 1} bytes is over the client's TASKSTATE_MAX_MESSAGE_BYTES "
-                f"{max_bytes}"
+                f"{self.what} of {n - 1} bytes is over the client's "
+                f"TASKSTATE_MAX_MESSAGE_BYTES {max_bytes}"
             )
         end = frames.LENGTH.size + n
         if len(buf) >= end:
@@ -193,38 +199,18 @@ class _StreamReader:
             _wait(self.sock, deadline)
             k = self.sock.recv_into(view[got:])
             if k == 0:
-                raise LaneDownError("the sidecar closed the connection mid-stream")
+                raise LaneDownError(f"the sidecar closed the connection before {self.what} ended")
             got += k
         return out
 
 
 def _read_frame(sock: socket.socket, deadline: float, max_bytes: int) -> bytes:
-    """One response frame without its length (a small one in a single recv)."""
-    first = _recv(sock, 1 << 16, deadline)
-    while len(first) < frames.LENGTH.size:
-        first += _recv(sock, 1 << 16, deadline)
-    (n,) = frames.LENGTH.unpack_from(first)
-    if n > max_bytes + 1:
-        raise _TooLargeError(
-            f"the answer of {n - 1} bytes is over the client's TASKSTATE_MAX_MESSAGE_BYTES "
-            f"{max_bytes}"
-        )
-    end = frames.LENGTH.size + n
-    if len(first) >= end:
-        if len(first) > end:
-            raise LaneDownError("the sidecar sent more than one answer")
-        return first[frames.LENGTH.size :]
-    buf = bytearray(n)
-    got = len(first) - frames.LENGTH.size
-    buf[:got] = first[frames.LENGTH.size :]
-    view = memoryview(buf)
-    while got < n:
-        _wait(sock, deadline)
-        k = sock.recv_into(view[got:])
-        if k == 0:
-            raise LaneDownError("the sidecar closed the connection before answering")
-        got += k
-    return bytes(buf)
+    """One unary call's response frame without its length (a small one in a single recv)."""
+    reader = _FrameReader(sock, "the answer")
+    frame = reader.frame(deadline, max_bytes)
+    if reader.pending:
+        raise LaneDownError("the sidecar sent more than one answer")
+    return bytes(frame)
 
 
 def _wait(sock: socket.socket, deadline: float) -> None:

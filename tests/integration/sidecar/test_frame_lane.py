@@ -34,6 +34,7 @@ from taskstate.proto import taskstate_pb2 as pb
 from taskstate.sidecar.storage.redis.keys import data_key, meta_key
 from taskstate.testing import RedisServer, SidecarProcess
 
+from ..lanes import TOKEN, lane_with_tokens
 from ..lost_answer import check_a_lost_answer_counts_once
 
 pytestmark = pytest.mark.integration
@@ -237,28 +238,15 @@ def test_a_socket_path_too_long_for_the_lane_serves_grpc_alone(
 def test_tokens_hold_on_the_lane(
     redis_server: RedisServer, tmp_path: Path, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import json
-
-    token = "token-for-the-lane-" + "t" * 24
-    tokens = tmp_path / "tokens.json"
-    tokens.write_text(json.dumps(
-        {"tokens": [{"name": "job", "token": token, "namespaces": [namespace]}]}
-    ))  # fmt: skip
-    side = SidecarProcess(
-        redis_server.url, tmp_path / "s.sock", extra=["--tokens-file", str(tokens)]
-    ).start()
-    os.rename(tmp_path / "s.sock", tmp_path / "moved.sock")  # the lane alone answers
-    try:
+    with lane_with_tokens(redis_server, tmp_path, namespace) as side:
         with pytest.raises(UnauthenticatedError):
             ts(side.target, namespace, 0).__enter__()
-        monkeypatch.setenv("TASKSTATE_TOKEN", token)
+        monkeypatch.setenv("TASKSTATE_TOKEN", TOKEN)
         with pytest.raises(PermissionDeniedError, match="may not open"):
             ts(side.target, namespace + "-other", 0).__enter__()
         with ts(side.target, namespace, 0) as s:
             s["n"] = 1
         assert data_of(redis_server, namespace) == {b"n": b"1"}
-    finally:
-        side.kill()
 
 
 def _call(sock: socket.socket, frame: bytes) -> tuple[int, bytes]:

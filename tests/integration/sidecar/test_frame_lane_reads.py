@@ -31,6 +31,8 @@ from taskstate.proto import codes, columns, frames
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.testing import RedisServer, SidecarProcess
 
+from ..lanes import TOKEN, lane_with_tokens
+
 pytestmark = pytest.mark.integration
 PAD = "x" * 1000
 
@@ -95,18 +97,9 @@ def test_a_read_travels_the_lane_and_gives_what_grpc_gives(
 def test_tokens_and_errors_hold_on_the_lanes_reads(
     redis_server: RedisServer, tmp_path: Path, namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    token = "token-for-the-lane-" + "t" * 24
-    tokens = tmp_path / "tokens.json"
-    tokens.write_text(json.dumps(
-        {"tokens": [{"name": "job", "token": token, "namespaces": [namespace]}]}
-    ))  # fmt: skip
-    side = SidecarProcess(
-        redis_server.url, tmp_path / "s.sock", extra=["--tokens-file", str(tokens)]
-    ).start()
-    try:
-        monkeypatch.setenv("TASKSTATE_TOKEN", token)
+    with lane_with_tokens(redis_server, tmp_path, namespace) as side:
+        monkeypatch.setenv("TASKSTATE_TOKEN", TOKEN)
         want = _fill(side.target, namespace, 10)
-        os.rename(tmp_path / "s.sock", tmp_path / "moved.sock")  # the lane alone answers
         with AdminClient(side.target) as admin:
             assert _read(admin, namespace)[0] == want
             with pytest.raises(NotFoundError):
@@ -117,8 +110,6 @@ def test_tokens_and_errors_hold_on_the_lanes_reads(
         monkeypatch.delenv("TASKSTATE_TOKEN")
         with AdminClient(side.target) as admin, pytest.raises(UnauthenticatedError):
             _read(admin, namespace)
-    finally:
-        side.kill()
 
 
 def _frame(sock: socket.socket) -> tuple[int, bytes]:
