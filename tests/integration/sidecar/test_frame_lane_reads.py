@@ -201,3 +201,52 @@ def test_a_sidecar_killed_mid_read_is_an_error_not_a_hang_or_a_part(
                     pass
     finally:
         side.kill()
+
+
+def test_a_sidecar_whose_lane_has_no_streams_is_read_over_grpc(
+    redis_server: RedisServer, tmp_path: Path, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sidecar older than the Read stream on the lane answers it as an unknown method
+    (its code, as it was: UNIMPLEMENTED); the read goes over gRPC instead."""
+    side = SidecarProcess(redis_server.url, tmp_path / "s.sock", extra=["--no-frame-lane"])
+    side.start()
+    want = _fill(side.target, namespace, 100)  # over gRPC: no lane yet
+    monkeypatch.setattr(transport, "_lanes", {})  # forget that the lane was not there
+    lane = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    lane.bind(frames.lane_path(str(tmp_path / "s.sock")))
+    lane.listen(4)
+    asked: list[int] = []
+
+    def old_lane() -> None:  # the old sidecar's answer to a method it does not serve
+        while True:
+            try:
+                conn, _ = lane.accept()
+            except OSError:
+                return
+            with conn:
+                method, _, _ = _request(conn)
+                asked.append(method)
+                body = frames.error_body("", f"method {method} is not served on the frame lane")
+                conn.sendall(frames.RESPONSE_HEAD.pack(1 + len(body), frames.UNIMPLEMENTED) + body)
+
+    threading.Thread(target=old_lane, daemon=True).start()
+    try:
+        with AdminClient(side.target) as admin:
+            assert _read(admin, namespace)[:2] == (want, 0)
+        assert asked == [frames.STREAMS["Read"]]  # the lane was asked first
+    finally:
+        lane.close()
+        side.kill()
+
+
+def _request(conn: socket.socket) -> tuple[int, int, bytes]:
+    """(method, deadline ms, the rest) of one request frame."""
+    head = b""
+    while len(head) < 4:
+        head += conn.recv(4 - len(head))
+    (n,) = frames.LENGTH.unpack(head)
+    body = b""
+    while len(body) < n:
+        body += conn.recv(n - len(body))
+    method, deadline, _ = frames.CALL_HEAD.unpack_from(body)
+    return method, deadline, body[frames.CALL_HEAD.size :]
