@@ -250,7 +250,7 @@ class AdminClient:
         """
         fq = _fq(request.task)
         lane = lane_for(self.target, self.security)
-        if lane is not None and lane.open_now():
+        if lane is not None and lane.open_now() and not lane.streams_unserved:
             got = False
             try:
                 for chunk in lane.stream(
@@ -270,7 +270,7 @@ class AdminClient:
                 # a connection the sidecar had closed (a restart): over gRPC, as from the start
             except FrameStatusError as exc:
                 if exc.status == frames.UNIMPLEMENTED and not got:
-                    pass  # a sidecar whose lane has no streams yet (older): over gRPC
+                    lane.streams_unserved = True  # an older sidecar: over gRPC, from now on
                 else:
                     err = translate_frame(exc, fq, self.sidecar)
                     if type(err) is SidecarUnavailableError:

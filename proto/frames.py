@@ -1,4 +1,4 @@
-"""The frame lane: a task's unary calls over a plain Unix socket, beside gRPC.
+"""The frame lane: a task's unary calls, and reads, over a plain Unix socket beside gRPC.
 
 A sidecar listening on `unix:///run/x.sock` also listens on `/run/x.frames.sock`
 (`lane_path`). There a client that shares the machine sends the same protobuf messages as

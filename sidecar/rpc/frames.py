@@ -189,10 +189,12 @@ class FrameLane:
                         break
                     out = call.serialize(reply)
                     if len(out) > self.max_message_bytes:
+                        # as gRPC ends a stream whose message is over its limit (the
+                        # handler is closed: counted as CANCELLED, as there)
                         writer.write(
                             _error(
                                 frames.RESOURCE_EXHAUSTED,
-                                "",
+                                codes.LIMIT,
                                 f"a message of {len(out)} bytes is over the sidecar's "
                                 f"--max-message-bytes {self.max_message_bytes}",
                             )

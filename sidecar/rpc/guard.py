@@ -31,6 +31,9 @@ from ..logs import REQUEST
 
 log = logging.getLogger("taskstate.sidecar")
 T = TypeVar("T")
+# the outcome counted for a stream whose reader went away before its end (not an error
+# code a client ever gets: the metrics' `code` label only)
+CANCELLED = "CANCELLED"
 Context = aio.ServicerContext[Any, Any]
 
 # what a token refusal says the caller tried to do
@@ -191,13 +194,20 @@ class Guard:
     async def stream(
         self, context: Context, what: str, request: Any, fn: Callable[[Any], AsyncIterator[T]]
     ) -> AsyncIterator[T]:
-        """`unary` for a server-streaming call."""
+        """`unary` for a server-streaming call.
+
+        A stream its reader left before the end is counted as CANCELLED (the reader went
+        away: not the sidecar's failure).
+        """
         with observed(what, request) as outcome:
             try:
                 with self._slot(what):
                     self._authorize(context, what, request)
                     async for item in fn(request):
                         yield item
+            except (GeneratorExit, asyncio.CancelledError):
+                outcome.append(CANCELLED)
+                raise
             except Exception as exc:
                 await self._refuse(context, what, request, outcome, exc)
 

@@ -243,6 +243,8 @@ def _columns(blob: bytes) -> tuple[pa.Array, pa.Array]:
     String columns over the chunk's own bytes: no step per key in Python. ArrowInvalid
     when a key or value is not UTF-8, ValueError when the blob is not a column chunk.
     """
+    if len(blob) < columns.COUNT.size:
+        raise ValueError("a column chunk shorter than its count")
     (n,) = columns.COUNT.unpack_from(blob)
     head = columns.COUNT.size + 8 * n
     if len(blob) < head:

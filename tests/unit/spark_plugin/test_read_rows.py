@@ -65,6 +65,7 @@ def test_the_column_form_round_trips_and_its_arrow_columns_use_the_chunks_bytes(
 @pytest.mark.parametrize(
     "blob",
     [
+        b"\x01\x00",  # shorter than its count
         columns.pack([b"a"], [b"1"])[:-1],  # a byte short
         columns.pack([b"a"], [b"1"]) + b"x",  # a byte over
         columns.COUNT.pack(5) + b"\0" * 8,  # fewer lengths than the count
