@@ -108,14 +108,7 @@ class FrameLane:
                 (n,) = frames.LENGTH.unpack(head)
                 if n > self.max_message_bytes:
                     await _discard(reader, n)  # read, never held: then the client hears why
-                    writer.write(
-                        _error(
-                            frames.RESOURCE_EXHAUSTED,
-                            codes.LIMIT,
-                            f"the request of {n} bytes is over the sidecar's "
-                            f"--max-message-bytes {self.max_message_bytes}",
-                        )
-                    )
+                    writer.write(self._too_large("the request", n, codes.LIMIT))
                     continue
                 body = await reader.readexactly(n)
                 self._busy.add(me)
@@ -140,6 +133,15 @@ class FrameLane:
             metrics.FRAME_CONNECTIONS.dec()
             writer.close()
 
+    def _too_large(self, what: str, n: int, code: str) -> bytes:
+        """The error frame refusing `what` of `n` bytes, over --max-message-bytes."""
+        return _error(
+            frames.RESOURCE_EXHAUSTED,
+            code,
+            f"{what} of {n} bytes is over the sidecar's --max-message-bytes "
+            f"{self.max_message_bytes}",
+        )
+
     async def _answer(self, body: bytes) -> bytes:
         head = frames.CALL_HEAD.size
         if len(body) < head:
@@ -160,12 +162,7 @@ class FrameLane:
             return _error(frames.DEADLINE_EXCEEDED, "", "the call's deadline passed")
         out = call.serialize(reply)
         if len(out) > self.max_message_bytes:
-            return _error(
-                frames.RESOURCE_EXHAUSTED,
-                "",
-                f"the answer of {len(out)} bytes is over the sidecar's --max-message-bytes "
-                f"{self.max_message_bytes}",
-            )
+            return self._too_large("the answer", len(out), "")
         return frames.RESPONSE_HEAD.pack(1 + len(out), frames.OK) + out
 
     async def _stream(self, body: bytes, writer: asyncio.StreamWriter) -> None:
@@ -191,14 +188,7 @@ class FrameLane:
                     if len(out) > self.max_message_bytes:
                         # as gRPC ends a stream whose message is over its limit (the
                         # handler is closed: counted as CANCELLED, as there)
-                        writer.write(
-                            _error(
-                                frames.RESOURCE_EXHAUSTED,
-                                codes.LIMIT,
-                                f"a message of {len(out)} bytes is over the sidecar's "
-                                f"--max-message-bytes {self.max_message_bytes}",
-                            )
-                        )
+                        writer.write(self._too_large("a message", len(out), codes.LIMIT))
                         return
                     writer.write(frames.RESPONSE_HEAD.pack(1 + len(out), frames.OK) + out)
                     ended = bool(getattr(reply, "last", False))

@@ -1,13 +1,16 @@
-"""A sidecar that asks for a token and answers on its frame lane alone."""
+"""The frame lane in tests: a sidecar that asks for a token and answers on its lane alone,
+and frames read off a raw socket."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from taskstate.proto import frames
 from taskstate.testing import RedisServer, SidecarProcess
 
 TOKEN = "token-for-the-lane-" + "t" * 24
@@ -28,3 +31,23 @@ def lane_with_tokens(redis: RedisServer, folder: Path, namespace: str) -> Iterat
         yield side
     finally:
         side.kill()
+
+
+def exactly(sock: socket.socket, n: int) -> bytes | None:
+    """`n` bytes off `sock`, or None when it closes first."""
+    buf = b""
+    while len(buf) < n:
+        data = sock.recv(n - len(buf))
+        if not data:
+            return None
+        buf += data
+    return buf
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    """One frame's body (after its length), asserting the connection stays open."""
+    head = exactly(sock, frames.LENGTH.size)
+    assert head is not None, "the sidecar closed the connection"
+    body = exactly(sock, frames.LENGTH.unpack(head)[0])
+    assert body is not None, "the connection closed mid-frame"
+    return body

@@ -34,7 +34,7 @@ from taskstate.proto import taskstate_pb2 as pb
 from taskstate.sidecar.storage.redis.keys import data_key, meta_key
 from taskstate.testing import RedisServer, SidecarProcess
 
-from ..lanes import TOKEN, lane_with_tokens
+from ..lanes import TOKEN, exactly, lane_with_tokens, read_frame
 from ..lost_answer import check_a_lost_answer_counts_once
 
 pytestmark = pytest.mark.integration
@@ -127,30 +127,20 @@ class DroppingLane:
         up.connect(self.upstream)
         with client, up:
             while True:
-                head = _exactly(client, 4)
+                head = exactly(client, 4)
                 if head is None:
                     return
-                body = _exactly(client, frames.LENGTH.unpack(head)[0])
+                body = exactly(client, frames.LENGTH.unpack(head)[0])
                 assert body is not None
                 up.sendall(head + body)
-                rhead = _exactly(up, 4)
+                rhead = exactly(up, 4)
                 assert rhead is not None
-                answer = _exactly(up, frames.LENGTH.unpack(rhead)[0])
+                answer = exactly(up, frames.LENGTH.unpack(rhead)[0])
                 if self.armed and body[0] == frames.METHODS["Commit"]:
                     self.armed = False
                     self.answers_lost += 1
                     return  # the sidecar committed; the client hears nothing
                 client.sendall(rhead + (answer or b""))
-
-
-def _exactly(sock: socket.socket, n: int) -> bytes | None:
-    buf = b""
-    while len(buf) < n:
-        data = sock.recv(n - len(buf))
-        if not data:
-            return None
-        buf += data
-    return buf
 
 
 def test_a_commit_whose_answer_is_lost_on_the_lane_counts_once(
@@ -251,10 +241,7 @@ def test_tokens_hold_on_the_lane(
 
 def _call(sock: socket.socket, frame: bytes) -> tuple[int, bytes]:
     sock.sendall(frame)
-    head = _exactly(sock, 4)
-    assert head is not None, "the sidecar closed the connection"
-    body = _exactly(sock, frames.LENGTH.unpack(head)[0])
-    assert body is not None
+    body = read_frame(sock)
     return body[0], body[1:]
 
 

@@ -33,7 +33,7 @@ from taskstate.proto import codes, columns, frames
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.testing import RedisServer, SidecarProcess
 
-from ..lanes import TOKEN, lane_with_tokens
+from ..lanes import TOKEN, lane_with_tokens, read_frame
 
 pytestmark = pytest.mark.integration
 PAD = "x" * 1000
@@ -47,6 +47,12 @@ def _fill(target: str, ns: str, keys: int) -> dict[str, dict[str, object]]:
     return state
 
 
+def _decode(chunk: pb.RestoreChunk, into: dict[str, object]) -> None:
+    """Add a chunk's keys and values (column form) to `into`."""
+    keys, values = columns.unpack(chunk.columns) if chunk.columns else ([], [])
+    into.update({k.decode(): json.loads(v) for k, v in zip(keys, values, strict=True)})
+
+
 def _read(admin: AdminClient, ns: str, comp: str = "c") -> tuple[dict[str, object], int, int]:
     """(the state read, its committed batch, the number of chunks)."""
     task = pb.TaskId(namespace=ns, component=comp, partition=0)
@@ -54,9 +60,7 @@ def _read(admin: AdminClient, ns: str, comp: str = "c") -> tuple[dict[str, objec
     n, batch = 0, None
     for chunk in admin.read_chunks(pb.ReadRequest(task=task, packed=True, columns=True)):
         n += 1
-        if chunk.columns:
-            keys, values = columns.unpack(chunk.columns)
-            got.update({k.decode(): json.loads(v) for k, v in zip(keys, values, strict=True)})
+        _decode(chunk, got)
         if chunk.last:
             batch = chunk.committed_batch
     assert batch is not None, "no last chunk"
@@ -115,17 +119,7 @@ def test_tokens_and_errors_hold_on_the_lanes_reads(
 
 
 def _frame(sock: socket.socket) -> tuple[int, bytes]:
-    head = b""
-    while len(head) < 4:
-        data = sock.recv(4 - len(head))
-        assert data, "the sidecar closed the connection"
-        head += data
-    (n,) = frames.LENGTH.unpack(head)
-    body = b""
-    while len(body) < n:
-        data = sock.recv(n - len(body))
-        assert data, "the sidecar closed the connection mid-frame"
-        body += data
+    body = read_frame(sock)
     return body[0], body[1:]
 
 
@@ -145,8 +139,7 @@ def test_a_streams_frames_end_with_its_last_chunk_or_an_error_and_the_connection
             status, body = _frame(sock)
             assert status == frames.OK
             chunk = pb.RestoreChunk.FromString(body)
-            keys, values = columns.unpack(chunk.columns) if chunk.columns else ([], [])
-            got.update({k.decode(): json.loads(v) for k, v in zip(keys, values, strict=True)})
+            _decode(chunk, got)
             if chunk.last:
                 break
         assert got == want
@@ -224,8 +217,7 @@ def test_a_read_under_way_when_the_sidecar_is_told_to_stop_finishes(
                 if n == 0:
                     assert not chunk.last and side.proc is not None
                     side.proc.send_signal(signal.SIGTERM)  # draining from here on
-                keys, values = columns.unpack(chunk.columns) if chunk.columns else ([], [])
-                got.update({k.decode(): json.loads(v) for k, v in zip(keys, values, strict=True)})
+                _decode(chunk, got)
         assert got == want
         assert side.proc is not None and side.proc.wait(30) == 0
     finally:
@@ -290,12 +282,6 @@ def test_a_sidecar_whose_lane_has_no_streams_is_read_over_grpc(
 
 def _request(conn: socket.socket) -> tuple[int, int, bytes]:
     """(method, deadline ms, the rest) of one request frame."""
-    head = b""
-    while len(head) < 4:
-        head += conn.recv(4 - len(head))
-    (n,) = frames.LENGTH.unpack(head)
-    body = b""
-    while len(body) < n:
-        body += conn.recv(n - len(body))
+    body = read_frame(conn)
     method, deadline, _ = frames.CALL_HEAD.unpack_from(body)
     return method, deadline, body[frames.CALL_HEAD.size :]
