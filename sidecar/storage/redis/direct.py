@@ -5,8 +5,8 @@ kind of machine (a pool checkout, a retry wrapper, a task made by `asyncio.wait_
 each send, a timeout around each read), against about 55 µs for the same EVALSHA written
 to a socket and its reply read by hiredis (docs/benchmarks.md, figure 19). `DirectLine`
 takes one connection from redis-py's pool (so connecting, TLS, AUTH and SELECT stay
-redis-py's), writes commands to it as they come and reads their replies in order in one
-task, each reply to the caller that waits for it.
+redis-py's), writes commands to it as they come and hands each reply, in order, to the
+caller that waits for it, from the connection's own protocol (`_Replies`, no reading task).
 
 A reply belongs to the command at the head of the queue, so nothing may leave the queue
 out of turn: a caller cancelled while it waits (the retry policy's deadline) drops the
@@ -40,7 +40,7 @@ class DirectLine:
         self._conn: Any = None
         self._writer: asyncio.StreamWriter | None = None
         self._waiting: deque[asyncio.Future[Any]] = deque()
-        self._reading: asyncio.Task[None] | None = None
+        self._replies: _Replies | None = None  # the connection's reader while it is held
         self._connecting = asyncio.Lock()  # binds no loop before its first use (3.10+)
         self._closing: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -82,41 +82,9 @@ class DirectLine:
             if reader is None or writer is None:  # pragma: no cover - get_connection connects
                 await self.pool.release(conn)
                 raise rex.ConnectionError("redis-py gave a connection that is not connected")
+            self._replies = _Replies(self, writer.transport, reader)
             self._conn, self._writer = conn, writer
-            self._reading = asyncio.create_task(self._read(reader))
             return writer
-
-    async def _read(self, reader: asyncio.StreamReader) -> None:
-        parser = hiredis.Reader(
-            protocolError=rex.InvalidResponse,
-            replyError=BaseParser.parse_error,
-            notEnoughData=_MORE,
-        )
-        waiting = self._waiting
-        try:
-            while True:
-                data = await reader.read(1 << 16)
-                if not data:
-                    raise rex.ConnectionError("Redis closed the connection")
-                parser.feed(data)
-                while (reply := parser.gets()) is not _MORE:
-                    if reply.__class__ is _PUSH:
-                        continue  # sent unasked: not the answer to anything
-                    if not waiting:
-                        raise rex.InvalidResponse("Redis sent a reply nobody asked for")
-                    future = waiting.popleft()
-                    if future.done():
-                        continue
-                    if isinstance(reply, Exception):  # an error reply, as redis-py raises it
-                        future.set_exception(reply)
-                    else:
-                        future.set_result(reply)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            if self._reading is asyncio.current_task():  # else its connection was dropped
-                error = exc if isinstance(exc, rex.RedisError) else rex.ConnectionError(str(exc))
-                self._drop(error)
 
     def _drop(self, error: Exception) -> None:
         """Forget the connection (closed in the background): each caller waiting gets `error`."""
@@ -128,14 +96,17 @@ class DirectLine:
 
     def _forget(self, error: Exception) -> Any:
         conn, self._conn, self._writer = self._conn, None, None
-        reading, self._reading = self._reading, None
+        self._replies = None  # a reply still arriving on it is nobody's now
         waiting, self._waiting = self._waiting, deque()
         for future in waiting:
             if not future.done():
                 future.set_exception(error)
-        if reading is not None and reading is not asyncio.current_task():
-            reading.cancel()
         return conn
+
+    def _lost(self, replies: _Replies, error: Exception) -> None:
+        """The connection `replies` reads failed; dropped, unless it already was."""
+        if replies is self._replies:
+            self._drop(error)
 
     async def _give_back(self, conn: Any) -> None:
         with contextlib.suppress(Exception):
@@ -151,3 +122,68 @@ class DirectLine:
             await self._give_back(conn)
         if self._closing:
             await asyncio.wait(list(self._closing), timeout=5)
+
+
+class _Replies(asyncio.Protocol):
+    """The protocol of the line's connection while the line holds it.
+
+    Each reply is handed to its caller from `data_received`, as the bytes arrive: no task
+    reads the connection, so a reply costs the event loop one turn less (the caller wakes
+    in the turn after the bytes, not after a reading task's). The stream protocol redis-py
+    connected with stays behind it: it still learns that the connection was lost (so that
+    redis-py's disconnect, which waits for that, ends) and still paces the writes.
+    """
+
+    def __init__(
+        self, line: DirectLine, transport: asyncio.BaseTransport, reader: asyncio.StreamReader
+    ) -> None:
+        self._line = line
+        self._waiting = line._waiting  # noqa: SLF001 - this connection's callers, in order
+        self._stream: Any = transport.get_protocol()
+        self._parser = hiredis.Reader(
+            protocolError=rex.InvalidResponse,
+            replyError=BaseParser.parse_error,
+            notEnoughData=_MORE,
+        )
+        transport.set_protocol(self)
+        buffered = bytes(reader._buffer)  # noqa: SLF001 - nothing owed yet: normally empty
+        reader._buffer.clear()  # noqa: SLF001
+        if buffered:
+            self.data_received(buffered)
+
+    def data_received(self, data: bytes) -> None:
+        parser, waiting = self._parser, self._waiting
+        try:
+            parser.feed(data)
+            while (reply := parser.gets()) is not _MORE:
+                if reply.__class__ is _PUSH:
+                    continue  # sent unasked: not the answer to anything
+                if not waiting:
+                    raise rex.InvalidResponse("Redis sent a reply nobody asked for")
+                future = waiting.popleft()
+                if future.done():
+                    continue
+                if isinstance(reply, Exception):  # an error reply, as redis-py raises it
+                    future.set_exception(reply)
+                else:
+                    future.set_result(reply)
+        except Exception as exc:
+            error = exc if isinstance(exc, rex.RedisError) else rex.ConnectionError(str(exc))
+            self._line._lost(self, error)  # noqa: SLF001
+
+    def eof_received(self) -> bool:
+        self._line._lost(self, rex.ConnectionError("Redis closed the connection"))  # noqa: SLF001
+        return False  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        reason = (
+            f"the connection to Redis was lost: {exc}" if exc else "Redis closed the connection"
+        )
+        self._line._lost(self, rex.ConnectionError(reason))  # noqa: SLF001
+        self._stream.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._stream.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._stream.resume_writing()

@@ -124,3 +124,27 @@ def test_redis_killed_under_a_waiting_caller_then_back(redis_server: RedisServer
                     await asyncio.sleep(0.1)
 
     asyncio.run(run())
+
+
+def test_a_connection_redis_closes_is_given_back_and_the_next_call_connects(
+    redis_server: RedisServer,
+) -> None:
+    """The line reads its connection through a protocol of its own; the stream protocol
+    redis-py connected with must still hear of the close, or redis-py's disconnect (which
+    waits for it) would hold the connection forever."""
+
+    async def run() -> None:
+        async with line_to(redis_server) as line:
+            assert await line.call(pack(("ECHO", "before"))) == b"before"
+            redis_server.client().execute_command(
+                "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"
+            )
+            # the close is seen with no call waiting, and the connection is given back at
+            # once (redis-py's own wait for a close gives up after its connect timeout)
+            deadline = time.monotonic() + 2
+            while line._writer is not None or line._closing:
+                assert time.monotonic() < deadline, "the closed connection was never given back"
+                await asyncio.sleep(0.01)
+            assert await line.call(pack(("ECHO", "after"))) == b"after"
+
+    asyncio.run(run())
