@@ -21,14 +21,16 @@ pytestmark = pytest.mark.e2e
 
 JAR_IN_WHEEL = "taskstate/spark_plugin/taskstate-plugin.jar"
 
-# Every JVM this tier starts (drivers, local-cluster executors, Connect servers: all through
-# the `java` launcher, which reads JDK_JAVA_OPTIONS) lives for seconds to a minute, and the
+# Every JVM this tier starts in its environment (drivers, local-cluster executors, Connect
+# servers: all through the `java` launcher, which reads JDK_JAVA_OPTIONS; the packaging
+# tests build an environment of their own) lives for seconds to a minute, and the
 # tier is bound by CPU on 2 cores: C2's compilations and the parallel collector's threads
 # cost such a JVM more than they give back. C1 alone and the serial collector, against C1
 # in the drivers only (what bin/test set before): one API's fault runs in
 # test_streaming_apis.py 104 s -> 88 s and 95 s -> 91 s; against neither, 109 s -> 88 s.
 # What Spark does is the same; speed is measured in benchmarks/, never here.
-# TASKSTATE_TEST_JVM_OPTIONS replaces these options ("" for the JVMs' defaults).
+# TASKSTATE_TEST_JVM_OPTIONS replaces these options ("" for the JVMs' defaults): needed
+# when one's own Java options name a collector (two collectors stop a JVM at its start).
 JVM_OPTIONS = os.environ.get(
     "TASKSTATE_TEST_JVM_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 ).strip()

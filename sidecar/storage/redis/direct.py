@@ -82,7 +82,16 @@ class DirectLine:
             if reader is None or writer is None:  # pragma: no cover - get_connection connects
                 await self.pool.release(conn)
                 raise rex.ConnectionError("redis-py gave a connection that is not connected")
-            self._replies = _Replies(self, writer.transport, reader)
+            transport = writer.transport
+            if transport.is_closing() or reader.at_eof() or reader.exception() is not None:
+                # it died in the pool by an error (a reset: redis-py's check before handing
+                # it out sees only a clean end); the caller's retry connects afresh
+                await self._give_back(conn)
+                raise rex.ConnectionError("the pooled connection to Redis was already closed")
+            if getattr(reader, "_buffer", None):  # pragma: no cover - the pool refuses these
+                await self._give_back(conn)
+                raise rex.InvalidResponse("Redis sent a reply nobody asked for")
+            self._replies = _Replies(self, transport)
             self._conn, self._writer = conn, writer
             return writer
 
@@ -131,12 +140,11 @@ class _Replies(asyncio.Protocol):
     reads the connection, so a reply costs the event loop one turn less (the caller wakes
     in the turn after the bytes, not after a reading task's). The stream protocol redis-py
     connected with stays behind it: it still learns that the connection was lost (so that
-    redis-py's disconnect, which waits for that, ends) and still paces the writes.
+    redis-py's disconnect, which waits for that, ends) and that writing paused or resumed
+    (its state stays true, though the line never waits on it).
     """
 
-    def __init__(
-        self, line: DirectLine, transport: asyncio.BaseTransport, reader: asyncio.StreamReader
-    ) -> None:
+    def __init__(self, line: DirectLine, transport: asyncio.BaseTransport) -> None:
         self._line = line
         self._waiting = line._waiting  # noqa: SLF001 - this connection's callers, in order
         self._stream: Any = transport.get_protocol()
@@ -146,11 +154,6 @@ class _Replies(asyncio.Protocol):
             notEnoughData=_MORE,
         )
         transport.set_protocol(self)
-        held: bytearray = getattr(reader, "_buffer", bytearray())  # nothing owed yet: empty
-        buffered = bytes(held)
-        held.clear()
-        if buffered:
-            self.data_received(buffered)
 
     def data_received(self, data: bytes) -> None:
         parser, waiting = self._parser, self._waiting

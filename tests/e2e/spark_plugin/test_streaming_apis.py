@@ -98,8 +98,12 @@ def runs(
         # starts, the waits between batches)
         with ThreadPoolExecutor(len(chosen)) as pool:
             done = [pool.submit(runner.run, name, state, faults) for name, state, faults in chosen]
-            for future in done:
-                future.result()
+            try:
+                for future in done:
+                    future.result()
+            except BaseException:  # one failed (or Ctrl-C): the others' queries die now,
+                runner.kill_all()  # which ends their waits, rather than run to their end
+                raise
         for name, state, _ in chosen:
             rows = read_output(workdir / name / "out")
             final = (

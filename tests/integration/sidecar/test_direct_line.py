@@ -26,7 +26,9 @@ pytestmark = pytest.mark.integration
 @contextlib.asynccontextmanager
 async def line_to(r: RedisServer) -> AsyncIterator[DirectLine]:
     """A direct line on a RESP3 client of `r` (redis-py 8's default protocol)."""
-    client = aioredis.Redis(unix_socket_path=str(r.socket), protocol=3)
+    # redis-py's disconnect waits for the close at most its connect timeout: longer than
+    # any test's deadline, so a close never heard is a hang a test sees
+    client = aioredis.Redis(unix_socket_path=str(r.socket), protocol=3, socket_connect_timeout=30)
     line = DirectLine(client.connection_pool)
     try:
         yield line
@@ -140,11 +142,39 @@ def test_a_connection_redis_closes_is_given_back_and_the_next_call_connects(
                 "CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"
             )
             # the close is seen with no call waiting, and the connection is given back at
-            # once (redis-py's own wait for a close gives up after its connect timeout)
+            # once (redis-py's own wait for the close would give up only after 30 s)
             deadline = time.monotonic() + 2
             while line._writer is not None or line._closing:
                 assert time.monotonic() < deadline, "the closed connection was never given back"
                 await asyncio.sleep(0.01)
             assert await line.call(pack(("ECHO", "after"))) == b"after"
+
+    asyncio.run(run())
+
+
+def test_a_pooled_connection_reset_while_idle_fails_at_once_then_the_next_call_connects(
+    redis_server: RedisServer,
+) -> None:
+    """A connection that died in redis-py's pool by an error (a reset, a TLS close without
+    notify) is handed out as connected: the line must refuse it at once (a connection
+    error, which the retry policy repeats), never wait on it until the call's deadline."""
+
+    async def run() -> None:
+        client = aioredis.Redis(unix_socket_path=str(redis_server.socket), protocol=3)
+        pool = client.connection_pool
+        try:
+            conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+            await pool.release(conn)  # idle in the pool, then reset under it
+            conn._writer.transport._force_close(ConnectionResetError("reset by the test"))
+            await asyncio.sleep(0.05)
+            line = DirectLine(pool)
+            try:
+                with pytest.raises(rex.ConnectionError):
+                    await asyncio.wait_for(line.call(pack(("PING",))), 3)
+                assert await asyncio.wait_for(line.call(pack(("PING",))), 3) == b"PONG"
+            finally:
+                await line.close()
+        finally:
+            await client.aclose()
 
     asyncio.run(run())
