@@ -51,3 +51,9 @@ def read_frame(sock: socket.socket) -> bytes:
     body = exactly(sock, frames.LENGTH.unpack(head)[0])
     assert body is not None, "the connection closed mid-frame"
     return body
+
+
+def read_answer(sock: socket.socket) -> tuple[int, bytes]:
+    """One answer frame: (its status, the rest)."""
+    body = read_frame(sock)
+    return body[0], body[1:]

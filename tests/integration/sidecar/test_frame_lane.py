@@ -34,7 +34,7 @@ from taskstate.proto import taskstate_pb2 as pb
 from taskstate.sidecar.storage.redis.keys import data_key, meta_key
 from taskstate.testing import RedisServer, SidecarProcess
 
-from ..lanes import TOKEN, exactly, lane_with_tokens, read_frame
+from ..lanes import TOKEN, exactly, lane_with_tokens, read_answer
 from ..lost_answer import check_a_lost_answer_counts_once
 
 pytestmark = pytest.mark.integration
@@ -241,8 +241,7 @@ def test_tokens_hold_on_the_lane(
 
 def _call(sock: socket.socket, frame: bytes) -> tuple[int, bytes]:
     sock.sendall(frame)
-    body = read_frame(sock)
-    return body[0], body[1:]
+    return read_answer(sock)
 
 
 def test_bad_frames_are_refused_and_the_connection_serves_on(

@@ -33,7 +33,7 @@ from taskstate.proto import codes, columns, frames
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.testing import RedisServer, SidecarProcess
 
-from ..lanes import TOKEN, lane_with_tokens, read_frame
+from ..lanes import TOKEN, lane_with_tokens, read_answer, read_frame
 
 pytestmark = pytest.mark.integration
 PAD = "x" * 1000
@@ -118,11 +118,6 @@ def test_tokens_and_errors_hold_on_the_lanes_reads(
             _read(admin, namespace)
 
 
-def _frame(sock: socket.socket) -> tuple[int, bytes]:
-    body = read_frame(sock)
-    return body[0], body[1:]
-
-
 def test_a_streams_frames_end_with_its_last_chunk_or_an_error_and_the_connection_serves_on(
     sidecar: SidecarProcess, namespace: str
 ) -> None:
@@ -136,7 +131,7 @@ def test_a_streams_frames_end_with_its_last_chunk_or_an_error_and_the_connection
         sock.sendall(frames.request(frames.STREAMS["Read"], b"", read, 0))
         got: dict[str, object] = {}
         while True:
-            status, body = _frame(sock)
+            status, body = read_answer(sock)
             assert status == frames.OK
             chunk = pb.RestoreChunk.FromString(body)
             _decode(chunk, got)
@@ -150,11 +145,11 @@ def test_a_streams_frames_end_with_its_last_chunk_or_an_error_and_the_connection
     sock.connect(frames.lane_path(sidecar.target.removeprefix("unix://")))
     missing = pb.ReadRequest(task=pb.TaskId(namespace=namespace, component="none"))
     sock.sendall(frames.request(frames.STREAMS["Read"], b"", missing.SerializeToString(), 0))
-    status, body = _frame(sock)
+    status, body = read_answer(sock)
     assert status != frames.OK and frames.parse_error(body)[0] == codes.NOT_FOUND
     describe = pb.DescribeRequest(task=task).SerializeToString()
     sock.sendall(frames.request(frames.METHODS["Describe"], b"", describe))
-    status, body = _frame(sock)
+    status, body = read_answer(sock)
     assert status == frames.OK and pb.TaskInfo.FromString(body).committed_batch == 0
     sock.close()
 
