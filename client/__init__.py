@@ -6,6 +6,7 @@ with TaskState(TaskContext.get(), component="hashtag-ewma") as s:
 s["#spark"] = {"rate": 1.7, "last": 12}
 """
 
+from ._block import Phase
 from ._config import DEFAULT_SIDECAR, DurabilitySpec, TaskStateConfig
 from ._context import LocalContext
 from ._errors import (
@@ -30,7 +31,7 @@ from ._errors import (
     UnauthenticatedError,
 )
 from ._session import OpenInfo
-from ._state import Phase, TaskState
+from ._state import TaskState
 
 __all__ = [
     "DEFAULT_SIDECAR",

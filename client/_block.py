@@ -10,6 +10,7 @@ A block ends in one of three ways:
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,15 @@ from ._commit import Committer
 from ._context import TaskIdentity
 from ._schema import NO_TTL, Schema
 from ._session import Session
+
+
+class Phase(enum.Enum):
+    """Where a TaskState is in its life cycle."""
+
+    CREATED = "created"
+    OPEN = "open"
+    CLOSED = "closed"
+    FAILED = "failed"
 
 
 class Block:

@@ -26,8 +26,8 @@ from ._errors import ConfigError
 from ._session import Session
 
 if TYPE_CHECKING:
+    from ._claims import Claims
     from ._config import TaskStateConfig
-    from ._session import Claims
 
 log = logging.getLogger("taskstate.client")
 

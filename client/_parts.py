@@ -24,6 +24,7 @@ from typing import Any
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto.ids import fq_task_id
 
+from ._claims import Claims, writer_of
 from ._codec import CODECS, JsonCodec
 from ._commit import Committer
 from ._config import TaskStateConfig, for_attempt, kept_per_attempt, typed
@@ -31,7 +32,6 @@ from ._context import TaskIdentity
 from ._errors import ConfigError
 from ._reads import Reads
 from ._schema import Schema, Upgrade, event_time_ms
-from ._session import Claims, writer_of
 from ._transport import GrpcTransport
 from ._wire import REQUEST_HEADROOM
 

@@ -17,11 +17,10 @@ process that already holds the committed version skips Restore.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, Literal
 
-from ._block import Block
+from ._block import Block, Phase
 from ._cache import take
 from ._changes import MISSING, SCALARS, is_mutable
 from ._context import check_batch, current_context, identity
@@ -30,15 +29,6 @@ from ._parts import parts_for
 from ._reads import LOAD_REST
 from ._schema import NO_TTL, Upgrade
 from ._session import OpenInfo, Session
-
-
-class Phase(enum.Enum):
-    """Where a TaskState is in its life cycle."""
-
-    CREATED = "created"
-    OPEN = "open"
-    CLOSED = "closed"
-    FAILED = "failed"
 
 
 class TaskState(MutableMapping[str, Any]):
