@@ -9,7 +9,6 @@ the namespace's index and record (records.py) tell a new task from a lost one.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 import uuid
@@ -28,12 +27,13 @@ from ...errors import SidecarError
 from ..values import ChangeSet, CommitResult, Delta, OpenResult, TaskKey, TaskMeta
 from . import meta
 from .changelog import changed_keys, log_entry
-from .keys import edits_key, stash_key, task_keys, ttl_keys
+from .keys import stash_key, task_keys, ttl_keys
+from .opening import OpenScript
 from .records import NamespaceRecords
 from .replies import text
 from .routing import Connection
 from .scan import Scanner, ServerChangedError
-from .scripts import SEED_LOCK, Refused, refusal
+from .scripts import Refused, refusal
 from .seen import SeenVersions
 from .waits import DurabilityWaits
 
@@ -61,6 +61,7 @@ class RedisTaskStore:
         self._scanner = scanner
         self._settle = settle  # finishes or undoes an abandoned write of the data source
         self._seen = SeenVersions()
+        self._opening = OpenScript(conn, records, settle, self._seen)
 
     async def open(
         self,
@@ -94,7 +95,7 @@ class RedisTaskStore:
             "clock_ms": str(int(time.time() * 1000)),
         }
         try:
-            r = await self._open_script(task, batch, args, partitions)
+            r = await self._opening.run(task, batch, args, partitions)
         except rex.ResponseError as exc:
             raise refusal(exc, Refused(task.fq, "open", batch, codec, partitions)) from None
         if args["ask_index"] == "0":  # a task with no keys before: it joins the index now
@@ -125,84 +126,6 @@ class RedisTaskStore:
             return await self._conn.evalsha("done", keys, argv)
 
         return bool(int(await self._conn.run("done", call)))
-
-    async def _open_script(
-        self, task: TaskKey, batch: int | None, args: dict[str, str], partitions: int | None
-    ) -> Any:
-        """Run open.lua, answering what only the sidecar can ask Redis about.
-
-        TSNEW (a task with no keys at all): the index and the namespace's record tell a
-        new task from a lost one, and the component's record holds its partition count
-        (checked, or recorded by the first Open that declares one) and any rescale under
-        way. TSLOST behind (Redis holds an older version than this sidecar saw): refused,
-        unless `taskstate adopt` accepted it since. Each answer clears its own flag, so
-        the script runs at most three times, and once more after an abandoned write of the
-        data source that held the task was settled.
-        """
-        script = self._conn.scripts["open"]
-        keys = (*task_keys(task), edits_key(task), *ttl_keys(task), stash_key(task))
-        settled = False
-        while True:
-            argv = script.args(**args)
-
-            async def call(argv: list[Any] = argv) -> Any:
-                return await self._conn.evalsha("open", keys, argv)
-
-            try:
-                return await self._conn.run("open", call)
-            except rex.ResponseError as exc:
-                reply = str(exc)
-                if reply == "TSNEW" and args["ask_index"] == "1":
-                    await self._refuse_if_lost(task, batch, partitions)
-                    args["ask_index"] = "0"  # new indeed
-                elif reply.startswith(f"TSRESCALING {SEED_LOCK}") and not settled:
-                    settled = True  # held by a write: refused as such unless it was abandoned
-                    if not await self._settle(task.namespace, task.component):
-                        raise
-                elif reply.startswith("TSLOST behind ") and args["seen_gen"]:
-                    await self._refuse_if_behind(task, batch, reply.split()[2:])
-                    args["seen_gen"] = args["seen_ver"] = ""  # the older state was accepted
-                else:
-                    raise
-
-    async def _refuse_if_lost(
-        self, task: TaskKey, batch: int | None, partitions: int | None
-    ) -> None:
-        indexed, namespace_known, component = await self._records.known(task)
-        if component.seed is not None:
-            if await self._settle(task.namespace, task.component):
-                indexed, namespace_known, component = await self._records.known(task)
-            if component.seed is not None:
-                raise errors.seeding(task.fq)
-        if component.rescale is not None:
-            raise errors.rescaling(task.fq, json.loads(component.rescale).get("to", "?"))
-        if indexed:  # it had state once: all of it is gone
-            raise errors.state_lost_task(task.fq, batch)
-        if batch is not None and batch > 0 and not namespace_known:
-            # Spark is past batch 0, and Redis knows nothing of the namespace
-            raise errors.state_lost_namespace(task.fq, task.namespace, batch)
-        recorded = component.partitions
-        if recorded is not None:
-            if (partitions is not None and partitions != recorded) or task.partition >= recorded:
-                raise errors.partitions_changed(task.fq, recorded, partitions)
-        elif partitions is not None:
-            await self._records.record_partitions(task, partitions)
-
-    async def _refuse_if_behind(self, task: TaskKey, batch: int | None, held: list[str]) -> None:
-        seen = self._seen.get(task)
-        adoptions = await self._records.adoptions(task.namespace)
-        if seen is None or (seen.refused_at is not None and adoptions > seen.refused_at):
-            log.warning(
-                "task's older state accepted (taskstate adopt): Redis lost commits",
-                extra={"task": task.fq, "seen_version": seen and seen.version},
-            )
-            self._seen.forget(task)
-            return
-        seen.refused_at = adoptions
-        stored_batch, stored_ver = (held + ["?", "?"])[:2]
-        raise errors.state_lost_behind(
-            task.fq, stored_batch, stored_ver, seen.batch, seen.ver, batch
-        )
 
     async def restore(
         self, task: TaskKey, epoch: int, max_fields: int
