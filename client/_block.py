@@ -17,7 +17,9 @@ from typing import Any
 import orjson
 
 from ._buffer import buffer, changes_can_wait_for_the_flush
+from ._cache import remember
 from ._changes import REENCODE, SCALARS, Changes, is_mutable
+from ._claims import Claims
 from ._codec import JsonCodec
 from ._commit import Committer
 from ._context import TaskIdentity
@@ -74,6 +76,22 @@ class Block:
         if position is not None:
             session.position = position
         self._settled(session, upserts)
+
+    def open_commit(self, claims: Claims, prior: Session, data: dict[str, Any]) -> Session | None:
+        """A block that only wrote, never opened: Open and Commit in one call (OpenCommit).
+
+        `prior` is this process's session of an earlier attempt of the task, `data` the
+        block's writes. Returns the attempt's session, committed; None (nothing sent) when
+        the change set is over one message.
+        """
+        upserts, _ = self.changes.collect(data)  # (a delete or a read opened the block)
+        session = claims.open_commit(prior, self.committer, upserts, data)
+        if session is not None:
+            self._settled(session, upserts)
+            session.blocks += 1
+            c = self.committer.config
+            remember(self.committer.task_id, session, c.cache_tasks, c.cache_bytes)
+        return session
 
     def assign(
         self,

@@ -16,6 +16,7 @@ from typing import Any
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto.versions import Version, same_generation
 
+from ._commit import Committer
 from ._config import TaskStateConfig
 from ._context import TaskIdentity
 from ._reads import note_restore
@@ -88,8 +89,77 @@ class Claims:
             return session
         return self.open(prior)
 
+    def can_wait(self, prior: Session | None) -> bool:
+        """Whether a new block may leave its Open to its exit (`open_commit`).
+
+        A mirror block whose enter would Open (this process holds the task from an earlier
+        attempt or batch) beside a sidecar that serves OpenCommit, with values stored as
+        they are encoded (no time to live, no schema version: no envelope needs the batch's
+        now). It opens at its first read, delete or `commit()` as any block does at enter.
+        """
+        ident = self.ident
+        return (
+            prior is not None
+            and prior.open_commit
+            and not prior.active
+            and not prior.deferred
+            and prior.pid == os.getpid()
+            and prior.schema_version == self.schema.version
+            and (prior.attempt_id, prior.batch) != (ident.attempt_id, ident.batch)
+            and self.config.mode == "mirror"
+            and self.schema.plain
+        )
+
     def open(self, prior: Session | None) -> Session:
         """Open the task for this attempt; in mirror mode, bring its state here."""
+        r = self.transport.open(self._open_request(), self.task_id)
+        session = self._claimed(r, prior)
+        if self.config.mode == "mirror" and session.data is None:
+            held = prior.data if prior is not None and not prior.deferred else None
+            if r.size == 0:
+                session.data = {}  # nothing stored: no Restore round trip
+            elif (
+                held is not None and prior is not None and same_generation(prior.version, r.version)
+            ):
+                self.restore(session, since=prior)  # only what changed since
+            else:
+                self.load(session)
+        return session
+
+    def open_commit(
+        self,
+        prior: Session,
+        committer: Committer,
+        upserts: list[tuple[str, bytes]],
+        values: dict[str, Any],
+    ) -> Session | None:
+        """Open and commit `upserts` in one call: a mirror block that only wrote.
+
+        `prior` is this process's session of an earlier attempt (its sidecar serves
+        OpenCommit); `values` are the block's writes as it made them. None, and nothing
+        sent, when the change set is over one message: the block then opens and commits as
+        any other. The session keeps this process's copy (with the block's writes) when the
+        Open found the version that copy is of; else it has no data, and the attempt's next
+        block here reads the state again.
+        """
+        commit = committer.whole(prior, upserts)
+        if commit is None:
+            return None
+        req = pb.OpenCommitRequest(open=self._open_request(), commit=commit)
+        r = self.transport.open_commit(req, self.task_id)
+        session = self._claimed(r.open, prior)
+        session.info = replace(session.info, with_commit=True)
+        data = session.data
+        base = r.commit.base_version
+        if data is not None and (not base or base == session.version):
+            data.update(values)
+            session.absent.difference_update(values)
+        else:
+            session.data = None
+        session.version = r.commit.version
+        return session
+
+    def _open_request(self) -> pb.OpenRequest:
         c = self.config
         durability, replicas = c.durability.to_wire()
         req = pb.OpenRequest(
@@ -105,7 +175,11 @@ class Claims:
             req.batch = self.ident.batch
         if self.event_time_ms is not None:
             req.event_time_ms = self.event_time_ms
-        r = self.transport.open(req, self.task_id)
+        return req
+
+    def _claimed(self, r: pb.OpenResponse, prior: Session | None) -> Session:
+        """The session an Open's answer gives; its data is `prior`'s when still current."""
+        c = self.config
         # a copy with another attempt's held changes in it (never flushed) is not the
         # committed state, whatever its version says
         mirror = c.mode == "mirror"
@@ -137,6 +211,7 @@ class Claims:
             flush_barrier=r.flush_barrier,
             now_ms=r.now_ms,
             schema_version=self.schema.version,
+            open_commit=r.open_commit,
         )
         if reuse and prior is not None:
             session.complete, session.absent, session.misses, session.miss_seconds = (
@@ -145,15 +220,6 @@ class Claims:
                 prior.misses,
                 prior.miss_seconds,
             )
-        if c.mode == "mirror" and session.data is None:
-            if r.size == 0:
-                session.data = {}  # nothing stored: no Restore round trip
-            elif (
-                held is not None and prior is not None and same_generation(prior.version, r.version)
-            ):
-                self.restore(session, since=prior)  # only what changed since
-            else:
-                self.load(session)
         return session
 
     def load(self, session: Session) -> None:

@@ -8,7 +8,7 @@ changes (`_buffer.py`) keeps it after the blocks that made the changes are gone.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from taskstate.proto import taskstate_pb2 as pb
 
@@ -69,20 +69,10 @@ class Committer:
                 "TASKSTATE_MAX_MESSAGE_BYTES and the sidecar's --max-message-bytes together.",
                 task_id,
             )
-        durability, replicas = c.durability.to_wire()
         try:
             for i, piece in enumerate(parts):
                 last = i == len(parts) - 1
-                req = pb.CommitRequest(
-                    task=self.task,
-                    epoch=session.epoch,
-                    durability=durability,
-                    replicas=replicas,
-                    writer=self.writer,
-                    **piece,
-                )
-                if self.batch is not None:
-                    req.batch = self.batch
+                req = self.request(session.epoch, piece)
                 if position is not None and last:
                     req.position = position
                     req.has_position = True
@@ -95,3 +85,28 @@ class Committer:
         except BaseException:
             session.data = None  # what Redis holds is no longer known here: restore next time
             raise
+
+    def request(self, epoch: int, piece: dict[str, Any]) -> pb.CommitRequest:
+        """The CommitRequest of one piece of a change set (`pieces`), under `epoch`."""
+        durability, replicas = self.config.durability.to_wire()
+        req = pb.CommitRequest(
+            task=self.task,
+            epoch=epoch,
+            durability=durability,
+            replicas=replicas,
+            writer=self.writer,
+            **piece,
+        )
+        if self.batch is not None:
+            req.batch = self.batch
+        return req
+
+    def whole(self, session: Session, upserts: list[tuple[str, bytes]]) -> pb.CommitRequest | None:
+        """The upserts as one CommitRequest without its epoch (None: over one message).
+
+        For OpenCommit: a block that only wrote, committed with the Open that gives its
+        epoch. `session` (this process's, of an earlier attempt) says what the sidecar reads.
+        """
+        budget = self.config.max_message_bytes - REQUEST_HEADROOM
+        parts = pieces(self.task_id, upserts, [], budget, session.packed, session.text_values)
+        return self.request(0, parts[0]) if len(parts) == 1 else None

@@ -313,3 +313,16 @@ def _partitions(value: int | None, where: str) -> int | None:
             "count its checkpoint runs with (docs/spark-apis.md)"
         )
     return value
+
+
+OPEN_AT = ("enter", "exit")
+
+
+def open_at_exit(open_at: str, component: str) -> bool:
+    """TaskState(open_at=...): whether a block may leave its Open to its exit."""
+    if open_at not in OPEN_AT:
+        raise ConfigError(
+            f"component {component!r}: open_at={open_at!r} is not one of "
+            f"{', '.join(map(repr, OPEN_AT))}. Nothing was opened."
+        )
+    return open_at == "exit"

@@ -108,17 +108,18 @@ class Reads:
 
     def fetch(
         self,
+        session: Session,
         data: dict[str, Any],
         absent: set[str],
         keys: Iterable[Any],
-        epoch: int,
-        packed: bool,
-        entry_bytes: float,
-    ) -> float:
+        mirror: bool,
+    ) -> None:
         """Read the `keys` held neither in `data` nor in `absent`, in pages; into both.
 
-        Returns the encoded bytes per key seen (`entry_bytes` if nothing was read).
+        In mirror mode, the bytes per key seen become the session's `entry_bytes` when it
+        had none yet (`_cache.size_of`).
         """
+        epoch, packed, entry_bytes = session.epoch, session.packed_gets, session.entry_bytes
         want = [
             str(k)  # numpy's str_ (a pandas column's values) is a str too
             for k in dict.fromkeys(keys)
@@ -137,7 +138,8 @@ class Reads:
             read_keys += len(page)
             read_bytes += sum(len(k) + len(v) for k, v in zip(page, values, strict=True) if v)
             self._decode_into(data, absent, page, values)
-        return entry_bytes or (read_bytes / read_keys if read_keys else 0.0)
+        if mirror and not entry_bytes:
+            session.entry_bytes = read_bytes / read_keys if read_keys else 0.0
 
     def _page(self, keys: list[str], epoch: int, packed: bool) -> list[bytes | None]:
         task = self.pb_task()

@@ -34,6 +34,8 @@ class OpenInfo:
     expired: int = 0
     # the batch's now (epoch ms): a key written with ttl=T expires at now_ms + 1000 T
     now_ms: int = 0
+    # the block only wrote: its Open and Commit went in one call (OpenCommit)
+    with_commit: bool = False
 
 
 @dataclass
@@ -74,6 +76,8 @@ class Session:
     # the schema version `data` was decoded (and upgraded) for: code of another version
     # in this process reads the state again
     schema_version: int = 1
+    # the sidecar serves OpenCommit (OpenResponse.open_commit)
+    open_commit: bool = False
 
 
 # A whole copy at most this many commits old is restored in full when the change log does

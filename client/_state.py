@@ -21,8 +21,9 @@ from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, Literal
 
 from ._block import Block, Phase
-from ._cache import take
+from ._cache import sessions, take
 from ._changes import MISSING, SCALARS, is_mutable
+from ._config import open_at_exit
 from ._context import check_batch, current_context, identity
 from ._errors import TaskStateError
 from ._parts import parts_for
@@ -67,6 +68,10 @@ class TaskState(MutableMapping[str, Any]):
         version, upgrade: the schema version the code writes (1, 2, ...), and {v: f}: f
             turns a value of version v into one of v + 1 (read: upgraded; newer:
             SchemaVersionError). docs/spark-apis.md, "Keys that expire, values that change".
+        open_at: `enter` (refusals such as FencedError are raised there) or `exit`: a
+            block that only writes Opens with its Commit, in one call, at its exit (once
+            this process has opened the task); a read, a delete, `info`, `position` or
+            `commit()` opens it first. docs/spark-apis.md, "A block that only writes".
 
     Resume contract: `position` is the value passed to the last successful `commit()`
     of the committed state; a resumed task continues *after* that position.
@@ -87,10 +92,12 @@ class TaskState(MutableMapping[str, Any]):
         now: Any = None,
         version: int = 1,
         upgrade: Mapping[int, Upgrade] | None = None,
+        open_at: str = "enter",
     ) -> None:
         self._ctx = current_context(ctx)
         self._ident = ident = identity(self._ctx)
         check_batch(ident, component)
+        self._open_at_exit = open_at_exit(open_at, component)
         parts = parts_for(
             ident,
             self._ctx.getLocalProperty,
@@ -119,6 +126,8 @@ class TaskState(MutableMapping[str, Any]):
         # mirror mode with the whole state here: a key not in _data does not exist
         self._complete = False
         self._absent: set[str] = set()  # keys known not to exist (remote, on demand)
+        # entered without an Open (open_at="exit"): this process's session of an earlier attempt
+        self._waiting: Session | None = None
         self._block = Block(parts.committer, parts.schema, ident, self._ctx, c.mode == "mirror")
         self._written = self._block.changes.written  # the hot paths below skip an attribute
         self._snap = self._block.changes.snap
@@ -149,6 +158,8 @@ class TaskState(MutableMapping[str, Any]):
         return self._codec.decode(self.task_id, "<position>", s.position)
 
     def _require_session(self) -> Session:
+        if self._waiting is not None:
+            return self._open_waiting()
         if self._session is None:
             raise TaskStateError(
                 f"task {self.task_id}: the state is not open; use `with TaskState(...) as s:`",
@@ -173,16 +184,46 @@ class TaskState(MutableMapping[str, Any]):
                 f"task {self.task_id}: a TaskState is entered once; create a new one",
                 self.task_id,
             )
+        prior = sessions.get(self.task_id) if self._open_at_exit else None
+        if prior is not None and self._claims.can_wait(prior):
+            prior.active = True  # (no nested block of the task meanwhile)
+            self._waiting = prior  # a block that only writes: OpenCommit at its exit
+        else:
+            self._take()
+        self.phase = Phase.OPEN
+        return self
+
+    def _take(self) -> Session:
         session = take(self.task_id, self._claims, self.config)
         self._session = session
         self._data = session.data if session.data is not None else {}
         if self.config.mode == "mirror":
             self._complete = session.complete
             self._absent = session.absent
-        self.phase = Phase.OPEN
-        return self
+        return session
+
+    def _stop_waiting(self) -> Session:
+        prior = self._waiting
+        assert prior is not None  # noqa: S101 - only called while waiting
+        prior.active, self._waiting = False, None
+        return prior
+
+    def _open_waiting(self) -> Session:
+        """Open a block that entered without: its writes so far go on the state it finds."""
+        written, _ = self._data, self._stop_waiting()
+        session = self._take()
+        self._data.update(written)
+        self._absent.difference_update(written)
+        return session
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Literal[False]:
+        if self._waiting is not None:
+            if exc_type is not None:  # never opened: nothing to discard but the writes
+                self._discard_waiting()
+                return False
+            if self._exit_in_one_call(self._waiting):
+                return False
+            self._open_waiting()  # over one message: opened, then committed as any block
         session = self._session
         if session is None:
             return False
@@ -200,6 +241,24 @@ class TaskState(MutableMapping[str, Any]):
             session.active = False
             session.blocks += 1
         return False
+
+    def _exit_in_one_call(self, prior: Session) -> bool:
+        """Open and commit a block that only wrote in one call (False: over one message)."""
+        try:
+            session = self._block.open_commit(self._claims, prior, self._data)
+        except BaseException:
+            self._discard_waiting()
+            raise
+        if session is None:
+            return False
+        self._stop_waiting()
+        self._session, self.phase = session, Phase.CLOSED
+        return True
+
+    def _discard_waiting(self) -> None:
+        self._stop_waiting()
+        self.phase, self._data = Phase.FAILED, {}
+        self._block.changes.clear()
 
     def _discard(self, session: Session) -> None:
         self.phase = Phase.FAILED
@@ -256,16 +315,7 @@ class TaskState(MutableMapping[str, Any]):
         session = self._require_open()
         if self._complete:
             return
-        size = self._reads.fetch(
-            self._data,
-            self._absent,
-            keys,
-            session.epoch,
-            session.packed_gets,
-            session.entry_bytes,
-        )
-        if self.config.mode == "mirror" and not session.entry_bytes:
-            session.entry_bytes = size
+        self._reads.fetch(session, self._data, self._absent, keys, self.config.mode == "mirror")
 
     def get_many(self, keys: Iterable[Any]) -> dict[str, Any]:
         """The values of those `keys` that exist, read in as few round trips as possible.

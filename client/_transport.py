@@ -295,6 +295,10 @@ class GrpcTransport:
         """Commit one change set."""
         return self._unary("Commit", req, task, pb.CommitResponse.FromString)
 
+    def open_commit(self, req: pb.OpenCommitRequest, task: str) -> pb.OpenCommitResponse:
+        """Open, then commit under the epoch it gave (a block that only wrote)."""
+        return self._unary("OpenCommit", req, task, pb.OpenCommitResponse.FromString)
+
     def attach(self, requests: Iterator[pb.AttachMessage]) -> Iterator[pb.AttachOrder]:
         """The Attach stream (no deadline, no retry: `_buffer.Attachment` handles its end)."""
         try:

@@ -35,7 +35,7 @@ import struct
 SUFFIX = ".frames.sock"
 
 # method ids on the wire; never reused for another call once released
-METHODS: dict[str, int] = {"Open": 1, "Commit": 2, "MultiGet": 3, "Describe": 4}
+METHODS: dict[str, int] = {"Open": 1, "Commit": 2, "MultiGet": 3, "Describe": 4, "OpenCommit": 6}
 STREAMS: dict[str, int] = {"Read": 5}
 
 LENGTH = struct.Struct(">I")

@@ -65,7 +65,7 @@ class OpenRequest(_message.Message):
     def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., batch: _Optional[int] = ..., writer: _Optional[_Union[Writer, _Mapping]] = ..., codec: _Optional[str] = ..., durability: _Optional[_Union[Durability, str]] = ..., replicas: _Optional[int] = ..., attempt_id: _Optional[str] = ..., partitions: _Optional[int] = ..., event_time_ms: _Optional[int] = ...) -> None: ...
 
 class OpenResponse(_message.Message):
-    __slots__ = ("epoch", "committed_batch", "position", "has_position", "size", "version", "rolled_back", "rolled_back_keys", "packed_commits", "reused_claim", "packed_gets", "flush_barrier", "text_values", "now_ms", "expired")
+    __slots__ = ("epoch", "committed_batch", "position", "has_position", "size", "version", "rolled_back", "rolled_back_keys", "packed_commits", "reused_claim", "packed_gets", "flush_barrier", "text_values", "now_ms", "expired", "open_commit")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_BATCH_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
@@ -81,6 +81,7 @@ class OpenResponse(_message.Message):
     TEXT_VALUES_FIELD_NUMBER: _ClassVar[int]
     NOW_MS_FIELD_NUMBER: _ClassVar[int]
     EXPIRED_FIELD_NUMBER: _ClassVar[int]
+    OPEN_COMMIT_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     committed_batch: int
     position: bytes
@@ -96,7 +97,8 @@ class OpenResponse(_message.Message):
     text_values: bool
     now_ms: int
     expired: int
-    def __init__(self, epoch: _Optional[int] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., rolled_back: _Optional[bool] = ..., rolled_back_keys: _Optional[int] = ..., packed_commits: _Optional[bool] = ..., reused_claim: _Optional[bool] = ..., packed_gets: _Optional[bool] = ..., flush_barrier: _Optional[bool] = ..., text_values: _Optional[bool] = ..., now_ms: _Optional[int] = ..., expired: _Optional[int] = ...) -> None: ...
+    open_commit: bool
+    def __init__(self, epoch: _Optional[int] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., rolled_back: _Optional[bool] = ..., rolled_back_keys: _Optional[int] = ..., packed_commits: _Optional[bool] = ..., reused_claim: _Optional[bool] = ..., packed_gets: _Optional[bool] = ..., flush_barrier: _Optional[bool] = ..., text_values: _Optional[bool] = ..., now_ms: _Optional[int] = ..., expired: _Optional[int] = ..., open_commit: _Optional[bool] = ...) -> None: ...
 
 class RestoreRequest(_message.Message):
     __slots__ = ("task", "epoch", "max_fields", "packed", "since_version", "delta_only")
@@ -173,6 +175,22 @@ class CommitRequest(_message.Message):
     packed_upserts: bytes
     packed_deletes: bytes
     def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., batch: _Optional[int] = ..., upserts: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., deletes: _Optional[_Iterable[str]] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., durability: _Optional[_Union[Durability, str]] = ..., replicas: _Optional[int] = ..., writer: _Optional[_Union[Writer, _Mapping]] = ..., packed_upserts: _Optional[bytes] = ..., packed_deletes: _Optional[bytes] = ...) -> None: ...
+
+class OpenCommitRequest(_message.Message):
+    __slots__ = ("open", "commit")
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    open: OpenRequest
+    commit: CommitRequest
+    def __init__(self, open: _Optional[_Union[OpenRequest, _Mapping]] = ..., commit: _Optional[_Union[CommitRequest, _Mapping]] = ...) -> None: ...
+
+class OpenCommitResponse(_message.Message):
+    __slots__ = ("open", "commit")
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    open: OpenResponse
+    commit: CommitResponse
+    def __init__(self, open: _Optional[_Union[OpenResponse, _Mapping]] = ..., commit: _Optional[_Union[CommitResponse, _Mapping]] = ...) -> None: ...
 
 class CommitResponse(_message.Message):
     __slots__ = ("version", "size", "replicas_acked", "base_version")

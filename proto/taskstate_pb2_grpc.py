@@ -49,6 +49,11 @@ class TaskStateServiceStub:
                 request_serializer=taskstate_dot_proto_dot_taskstate__pb2.CommitRequest.SerializeToString,
                 response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.CommitResponse.FromString,
                 _registered_method=True)
+        self.OpenCommit = channel.unary_unary(
+                '/taskstate.v1.TaskStateService/OpenCommit',
+                request_serializer=taskstate_dot_proto_dot_taskstate__pb2.OpenCommitRequest.SerializeToString,
+                response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.OpenCommitResponse.FromString,
+                _registered_method=True)
         self.Get = channel.unary_unary(
                 '/taskstate.v1.TaskStateService/Get',
                 request_serializer=taskstate_dot_proto_dot_taskstate__pb2.GetRequest.SerializeToString,
@@ -162,6 +167,13 @@ class TaskStateServiceServicer:
 
     def Commit(self, request, context):
         """Apply one atomic change set for the batch (fenced by epoch).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def OpenCommit(self, request, context):
+        """Open, then Commit under the epoch it gave: a block that only wrote, in one call.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -298,6 +310,11 @@ def add_TaskStateServiceServicer_to_server(servicer, server):
                     servicer.Commit,
                     request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.CommitRequest.FromString,
                     response_serializer=taskstate_dot_proto_dot_taskstate__pb2.CommitResponse.SerializeToString,
+            ),
+            'OpenCommit': grpc.unary_unary_rpc_method_handler(
+                    servicer.OpenCommit,
+                    request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.OpenCommitRequest.FromString,
+                    response_serializer=taskstate_dot_proto_dot_taskstate__pb2.OpenCommitResponse.SerializeToString,
             ),
             'Get': grpc.unary_unary_rpc_method_handler(
                     servicer.Get,
@@ -471,6 +488,33 @@ class TaskStateService:
             '/taskstate.v1.TaskStateService/Commit',
             taskstate_dot_proto_dot_taskstate__pb2.CommitRequest.SerializeToString,
             taskstate_dot_proto_dot_taskstate__pb2.CommitResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OpenCommit(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/taskstate.v1.TaskStateService/OpenCommit',
+            taskstate_dot_proto_dot_taskstate__pb2.OpenCommitRequest.SerializeToString,
+            taskstate_dot_proto_dot_taskstate__pb2.OpenCommitResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -41,6 +41,7 @@ VERBS = {
     "Open": "open",
     "Restore": "restore",
     "Commit": "commit to",
+    "OpenCommit": "commit to",
     "Get": "read",
     "MultiGet": "read",
     "Describe": "describe",
@@ -71,6 +72,7 @@ def current_grant() -> Grant | None:
 
 def namespace_of(request: Any) -> str | None:
     """The namespace a request touches: its task's, or its own field (List, Drop, Adopt)."""
+    request = getattr(request, "open", request)  # OpenCommit: its Open names the task
     task = getattr(request, "task", None)
     if task is not None:
         return str(task.namespace)
@@ -80,6 +82,7 @@ def namespace_of(request: Any) -> str | None:
 def _request_fields(request: Any) -> dict[str, Any]:
     """task, batch and epoch of a request, for its log records (only what it carries)."""
     out: dict[str, Any] = {}
+    request = getattr(request, "open", request)  # OpenCommit: its Open names the task
     t = getattr(request, "task", None)
     if t is not None and t.namespace:
         out["task"] = ids.fq_task_id(t.namespace, t.component, t.partition)
@@ -95,7 +98,7 @@ def _request_fields(request: Any) -> dict[str, Any]:
 
 def _naming_task(exc: SidecarError, request: Any) -> SidecarError:
     """`exc` with "task NS/COMPONENT/PARTITION: " in front, when it does not say which."""
-    task = getattr(request, "task", None)
+    task = getattr(getattr(request, "open", request), "task", None)
     if task is None or exc.message.startswith("task "):
         return exc
     fq = ids.fq_task_id(task.namespace, task.component, task.partition)

@@ -13,12 +13,13 @@ import msgpack
 
 from taskstate.proto import ids
 from taskstate.proto import taskstate_pb2 as pb
+from taskstate.proto.durability import Durability
 
 from ..config import Limits
 from ..logs import REQUEST
 from ..restore import stream_restore
 from ..storage.base import TaskStore
-from ..storage.values import TaskKey
+from ..storage.values import CommitResult, OpenResult, TaskKey
 from . import wire
 from .wire import bad
 
@@ -44,13 +45,7 @@ class TaskRpcs:
 
     async def Open(self, request: pb.OpenRequest) -> pb.OpenResponse:  # noqa: N802
         """Claim the task for an attempt; roll back a replayed batch (see the .proto)."""
-        task = wire.task_key(request.task)
-        batch = wire.batch(request, task.fq)
-        durability = wire.durability(request.durability, request.replicas, task.fq)
-        codec = wire.codec(request.codec, task.fq)
-        problem = ids.attempt_problem(request.attempt_id)
-        if problem:
-            raise bad(f"task {task.fq}: {problem}")
+        task, batch, durability, codec = self._checked_open(request)
         r = await self.store.open(
             task,
             batch,
@@ -61,6 +56,23 @@ class TaskRpcs:
             partitions=wire.declared_partitions(request.partitions, task),
             event_time_ms=request.event_time_ms if request.HasField("event_time_ms") else None,
         )
+        return self._answer_open(request, task, batch, r)
+
+    def _checked_open(self, request: pb.OpenRequest) -> tuple[TaskKey, int | None, Durability, str]:
+        """An Open's task, batch, durability and codec, refused (nothing done) when bad."""
+        task = wire.task_key(request.task)
+        batch = wire.batch(request, task.fq)
+        durability = wire.durability(request.durability, request.replicas, task.fq)
+        codec = wire.codec(request.codec, task.fq)
+        problem = ids.attempt_problem(request.attempt_id)
+        if problem:
+            raise bad(f"task {task.fq}: {problem}")
+        return task, batch, durability, codec
+
+    def _answer_open(
+        self, request: pb.OpenRequest, task: TaskKey, batch: int | None, r: OpenResult
+    ) -> pb.OpenResponse:
+        """An Open's answer, after the sweeper, the flush barrier and the log heard of it."""
         REQUEST.set({**(REQUEST.get() or {}), "epoch": r.epoch})
         self.served(task)
         self.opened(task, batch, request.attempt_id)
@@ -93,6 +105,7 @@ class TaskRpcs:
             text_values=True,
             now_ms=r.now_ms,
             expired=r.expired,
+            open_commit=True,
         )
 
     async def Restore(self, request: pb.RestoreRequest) -> AsyncIterator[pb.RestoreChunk]:  # noqa: N802
@@ -119,11 +132,44 @@ class TaskRpcs:
             durability=durability,
         )
         self.served(task)
-        return pb.CommitResponse(
-            version=r.version,
-            size=r.size,
-            replicas_acked=r.replicas_acked,
-            base_version=r.base_version,
+        return _answer_commit(r)
+
+    async def OpenCommit(self, request: pb.OpenCommitRequest) -> pb.OpenCommitResponse:  # noqa: N802
+        """Open, then Commit under the epoch it gave: a block that only wrote, in one call.
+
+        Both requests are checked before anything is done (the Commit's task and batch must
+        be the Open's, its durability too); then the store runs the two as one script, with
+        the refusals and effects of each: a refused Open commits nothing, and a refused
+        Commit leaves the claim taken, as two calls would.
+        """
+        opening, committing = request.open, request.commit
+        task, batch, durability, codec = self._checked_open(opening)
+        same = (
+            wire.task_key(committing.task) == task
+            and wire.batch(committing, task.fq) == batch
+            and (committing.durability, committing.replicas)
+            == (opening.durability, opening.replicas)
+        )
+        if not same or committing.has_position:
+            raise bad(
+                f"task {task.fq}: OpenCommit's commit must name its open's task, batch and "
+                "durability, and carry no position; send Open, then Commit"
+            )
+        changes = wire.change_set(committing, task.fq, self.limits)
+        opened, committed = await self.store.open_commit(
+            task,
+            batch,
+            changes,
+            codec=codec,
+            writer=wire.writer(opening.writer),
+            durability=durability,
+            attempt=opening.attempt_id,
+            partitions=wire.declared_partitions(opening.partitions, task),
+            event_time_ms=opening.event_time_ms if opening.HasField("event_time_ms") else None,
+        )
+        return pb.OpenCommitResponse(
+            open=self._answer_open(opening, task, batch, opened),
+            commit=_answer_commit(committed),
         )
 
     async def Get(self, request: pb.GetRequest) -> pb.GetResponse:  # noqa: N802
@@ -149,3 +195,12 @@ class TaskRpcs:
     async def Describe(self, request: pb.DescribeRequest) -> pb.TaskInfo:  # noqa: N802
         """The task's metadata."""
         return wire.task_info(await self.store.describe(wire.task_key(request.task)))
+
+
+def _answer_commit(r: CommitResult) -> pb.CommitResponse:
+    return pb.CommitResponse(
+        version=r.version,
+        size=r.size,
+        replicas_acked=r.replicas_acked,
+        base_version=r.base_version,
+    )

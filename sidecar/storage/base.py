@@ -109,6 +109,25 @@ class TaskStore(Protocol):
         """Apply one change set atomically (see module docstring)."""
         ...
 
+    async def open_commit(
+        self,
+        task: TaskKey,
+        batch: int | None,
+        changes: ChangeSet,
+        *,
+        codec: str,
+        writer: str,
+        durability: Durability,
+        attempt: str = "",
+        partitions: int | None = None,
+        event_time_ms: int | None = None,
+    ) -> tuple[OpenResult, CommitResult]:
+        """`open`, then `commit` of `changes` (no position) under the epoch it gave.
+
+        Atomic in Redis (one script); the refusals and effects are the two calls'.
+        """
+        ...
+
     async def changes_since(
         self, task: TaskKey, epoch: int, since: str, max_keys: int
     ) -> Delta | None:

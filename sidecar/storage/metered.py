@@ -48,13 +48,37 @@ class MeteredTaskStore:
             partitions=partitions,
             event_time_ms=event_time_ms,
         )
-        if r.expired:
-            metrics.EXPIRED_KEYS.labels(task.component).inc(r.expired)
-        if r.reused_claim:
-            metrics.CLAIMS_REUSED.inc()
-        if r.rolled_back:
-            metrics.ROLLBACKS.inc()
-            metrics.ROLLED_BACK_KEYS.inc(r.rolled_back_keys)
+        _opened(task, r)
+        return r
+
+    async def open_commit(
+        self,
+        task: TaskKey,
+        batch: int | None,
+        changes: ChangeSet,
+        *,
+        codec: str,
+        writer: str,
+        durability: Durability,
+        attempt: str = "",
+        partitions: int | None = None,
+        event_time_ms: int | None = None,
+    ) -> tuple[OpenResult, CommitResult]:
+        """See base.TaskStore.open_commit; measured as its Open and its commit."""
+        t0 = time.perf_counter()
+        r = await self.inner.open_commit(
+            task,
+            batch,
+            changes,
+            codec=codec,
+            writer=writer,
+            durability=durability,
+            attempt=attempt,
+            partitions=partitions,
+            event_time_ms=event_time_ms,
+        )
+        _opened(task, r[0])
+        _committed(t0, changes)
         return r
 
     def restore(
@@ -79,10 +103,7 @@ class MeteredTaskStore:
         r = await self.inner.commit(
             task, epoch, batch, changes, position, writer=writer, durability=durability
         )
-        metrics.COMMIT_SECONDS.observe(time.perf_counter() - t0)
-        metrics.COMMITS.inc()
-        metrics.COMMIT_KEYS.inc(len(changes))
-        metrics.COMMIT_BYTES.inc(changes.nbytes)
+        _committed(t0, changes)
         return r
 
     async def changes_since(
@@ -110,3 +131,22 @@ class MeteredTaskStore:
     async def describe(self, task: TaskKey) -> TaskMeta:
         """See base.TaskStore.describe."""
         return await self.inner.describe(task)
+
+
+def _opened(task: TaskKey, r: OpenResult) -> None:
+    """Count what an Open did: keys expired, a claim shared, a batch rolled back."""
+    if r.expired:
+        metrics.EXPIRED_KEYS.labels(task.component).inc(r.expired)
+    if r.reused_claim:
+        metrics.CLAIMS_REUSED.inc()
+    if r.rolled_back:
+        metrics.ROLLBACKS.inc()
+        metrics.ROLLED_BACK_KEYS.inc(r.rolled_back_keys)
+
+
+def _committed(t0: float, changes: ChangeSet) -> None:
+    """Count a commit applied (started at `t0`): its time, keys and bytes."""
+    metrics.COMMIT_SECONDS.observe(time.perf_counter() - t0)
+    metrics.COMMITS.inc()
+    metrics.COMMIT_KEYS.inc(len(changes))
+    metrics.COMMIT_BYTES.inc(changes.nbytes)

@@ -211,6 +211,35 @@ class MemoryTaskStore:
         for chunk in _chunks(list(t.data.items()), max_fields):
             yield [x for kv in chunk for x in kv]
 
+    async def open_commit(
+        self,
+        task: TaskKey,
+        batch: int | None,
+        changes: ChangeSet,
+        *,
+        codec: str,
+        writer: str,
+        durability: Durability,
+        attempt: str = "",
+        partitions: int | None = None,
+        event_time_ms: int | None = None,
+    ) -> tuple[OpenResult, CommitResult]:
+        """See base.TaskStore.open_commit: the two, with no await between them."""
+        opened = await self.open(
+            task,
+            batch,
+            codec=codec,
+            writer=writer,
+            durability=durability,
+            attempt=attempt,
+            partitions=partitions,
+            event_time_ms=event_time_ms,
+        )
+        committed = await self.commit(
+            task, opened.epoch, batch, changes, None, writer=writer, durability=durability
+        )
+        return opened, committed
+
     async def commit(
         self,
         task: TaskKey,

@@ -20,7 +20,7 @@ from ..values import TaskKey
 from .keys import edits_key, stash_key, task_keys, ttl_keys
 from .records import NamespaceRecords
 from .routing import Connection
-from .scripts import SEED_LOCK
+from .scripts import SEED_LOCK, Refused, refusal
 from .seen import SeenVersions
 
 log = logging.getLogger("taskstate.sidecar.redis")
@@ -42,9 +42,16 @@ class OpenScript:
         self._seen = seen
 
     async def run(
-        self, task: TaskKey, batch: int | None, args: dict[str, str], partitions: int | None
+        self,
+        task: TaskKey,
+        batch: int | None,
+        codec: str,
+        args: dict[str, str],
+        partitions: int | None,
+        commit: dict[str, Any] | None = None,
+        wait: tuple[int, ...] = (),
     ) -> Any:
-        """Run open.lua, answering what only the sidecar can ask Redis about.
+        """Run open.lua (open_commit.lua with `commit`); a refusal is its SidecarError.
 
         TSNEW (a task with no keys at all): the index and the namespace's record tell a
         new task from a lost one, and the component's record holds its partition count
@@ -54,17 +61,18 @@ class OpenScript:
         the script runs at most three times, and once more after an abandoned write of the
         data source that held the task was settled.
         """
-        script = self._conn.scripts["open"]
+        name = "open" if commit is None else "open_commit"
+        script = self._conn.scripts[name]
         keys = (*task_keys(task), edits_key(task), *ttl_keys(task), stash_key(task))
         settled = False
         while True:
-            argv = script.args(**args)
+            argv = script.args(**args, **(commit or {}))
 
             async def call(argv: list[Any] = argv) -> Any:
-                return await self._conn.evalsha("open", keys, argv)
+                return await self._conn.evalsha(name, keys, argv, wait)
 
             try:
-                return await self._conn.run("open", call)
+                return await self._conn.run(name, call)
             except rex.ResponseError as exc:
                 reply = str(exc)
                 if reply == "TSNEW" and args["ask_index"] == "1":
@@ -73,12 +81,14 @@ class OpenScript:
                 elif reply.startswith(f"TSRESCALING {SEED_LOCK}") and not settled:
                     settled = True  # held by a write: refused as such unless it was abandoned
                     if not await self._settle(task.namespace, task.component):
-                        raise
+                        refused = Refused(task.fq, name, batch, codec, partitions)
+                        raise refusal(exc, refused) from None
                 elif reply.startswith("TSLOST behind ") and args["seen_gen"]:
                     await self._refuse_if_behind(task, batch, reply.split()[2:])
                     args["seen_gen"] = args["seen_ver"] = ""  # the older state was accepted
                 else:
-                    raise
+                    refused = Refused(task.fq, name, batch, codec, partitions)
+                    raise refusal(exc, refused) from None
 
     async def _refuse_if_lost(
         self, task: TaskKey, batch: int | None, partitions: int | None

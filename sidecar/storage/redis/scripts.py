@@ -13,6 +13,7 @@ turns it into the SidecarError the caller sees (one table for every script).
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from importlib import resources
@@ -42,6 +43,26 @@ ARGV: dict[str, tuple[str, ...]] = {
         "clock_ms",
     ),  # fmt: skip
     "commit": ("epoch", "batch", "position", "now", "writer", "log_entry", "upserts", "deletes"),
+    # open's, then what commit takes beside them (open_commit.lua)
+    "open_commit": (
+        "batch",
+        "new_gen",
+        "now",
+        "writer",
+        "codec",
+        "attempt",
+        "ask_index",
+        "seen_gen",
+        "seen_ver",
+        "partitions",
+        "partition",
+        "event_time",
+        "clock_ms",
+        "position",
+        "log_entry",
+        "upserts",
+        "deletes",
+    ),  # fmt: skip
     "get": ("epoch", "at"),
     "import": ("mode", "epoch", "batch", "position", "codec", "new_gen", "now", "partitions"),
     "changes": ("epoch", "since", "since_gen", "max_keys"),
@@ -59,6 +80,8 @@ ARGV: dict[str, tuple[str, ...]] = {
     "done": ("batch", "attempt"),
 }
 
+_INCLUDE = re.compile(r"^--#include ([a-z_]+\.lua)$", re.MULTILINE)
+
 # A write of the data source (seed.py) holds its tasks as a rescale does, with a lock of
 # its own: "seed-<id>:<count>".
 SEED_LOCK = "seed-"
@@ -75,9 +98,17 @@ class Script:
 
     @classmethod
     def load(cls, name: str) -> Script:
-        """Read `lua/<name>.lua` from the package, after the shared `lua/prelude.lua`."""
+        """Read `lua/<name>.lua` from the package, after the shared `lua/prelude.lua`.
+
+        A line `--#include other.lua` is replaced by that script's text (open_commit.lua
+        runs open.lua's and commit.lua's, each as a function of its KEYS and ARGV).
+        """
         lua = resources.files(__package__).joinpath("lua")
-        source = lua.joinpath("prelude.lua").read_text() + lua.joinpath(f"{name}.lua").read_text()
+        text = _INCLUDE.sub(
+            lambda m: lua.joinpath(m.group(1)).read_text().rstrip("\n"),
+            lua.joinpath(f"{name}.lua").read_text(),
+        )
+        source = lua.joinpath("prelude.lua").read_text() + text
         sha = hashlib.sha1(source.encode()).hexdigest()  # noqa: S324 - Redis names scripts by SHA-1
         return cls(name, ARGV[name], source, sha)
 

@@ -76,10 +76,62 @@ class RedisTaskStore:
         event_time_ms: int | None = None,
     ) -> OpenResult:
         """Claim the task; see base.TaskStore.open."""
+        args = await self._open_args(task, batch, codec, writer, durability, attempt,
+                                     partitions, event_time_ms)  # fmt: skip
+        r = await self._opening.run(task, batch, codec, args, partitions)
+        return await self._opened(task, args, r)
+
+    async def open_commit(
+        self,
+        task: TaskKey,
+        batch: int | None,
+        changes: ChangeSet,
+        *,
+        codec: str,
+        writer: str,
+        durability: Durability,
+        attempt: str = "",
+        partitions: int | None = None,
+        event_time_ms: int | None = None,
+    ) -> tuple[OpenResult, CommitResult]:
+        """Open, then commit under the epoch it gave: one script (lua/open_commit.lua)."""
+        args = await self._open_args(task, batch, codec, writer, durability, attempt,
+                                     partitions, event_time_ms)  # fmt: skip
+        commit = {
+            "position": b"",
+            "log_entry": log_entry(changes.keys),
+            "upserts": changes.packed_upserts,
+            "deletes": changes.packed_deletes,
+        }
+        wait = await self._waits.wait_for(durability, task)
+        r = await self._opening.run(task, batch, codec, args, partitions, commit, wait)
+        acked = 0
+        if wait:
+            r, ack = r[0], r[1]
+            acked = self._waits.check_acks(task, durability, wait, ack)
+        opened = await self._opened(task, args, r[0])
+        c = r[1]
+        committed = CommitResult(
+            version=text(c[0]), size=int(c[1]), replicas_acked=acked, base_version=text(c[2])
+        )
+        self._seen.note(task, committed.version, batch)
+        return opened, committed
+
+    async def _open_args(
+        self,
+        task: TaskKey,
+        batch: int | None,
+        codec: str,
+        writer: str,
+        durability: Durability,
+        attempt: str,
+        partitions: int | None,
+        event_time_ms: int | None,
+    ) -> dict[str, str]:
         if durability.fsynced:
             await self._waits.check_fsync(task)
         seen = self._seen.get(task)
-        args = {
+        return {
             "batch": "" if batch is None else str(batch),
             "new_gen": uuid.uuid4().hex,
             "now": f"{time.time():.3f}",
@@ -94,10 +146,9 @@ class RedisTaskStore:
             "event_time": "" if event_time_ms is None else str(event_time_ms),
             "clock_ms": str(int(time.time() * 1000)),
         }
-        try:
-            r = await self._opening.run(task, batch, args, partitions)
-        except rex.ResponseError as exc:
-            raise refusal(exc, Refused(task.fq, "open", batch, codec, partitions)) from None
+
+    async def _opened(self, task: TaskKey, args: dict[str, str], r: Any) -> OpenResult:
+        """What open.lua answered; the task joins the namespace's index."""
         if args["ask_index"] == "0":  # a task with no keys before: it joins the index now
             await self._records.index(task)
         else:
