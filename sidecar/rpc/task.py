@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import msgpack
 
 from taskstate.proto import ids
 from taskstate.proto import taskstate_pb2 as pb
-from taskstate.proto.durability import Durability
 
 from ..config import Limits
 from ..logs import REQUEST
@@ -45,29 +45,26 @@ class TaskRpcs:
 
     async def Open(self, request: pb.OpenRequest) -> pb.OpenResponse:  # noqa: N802
         """Claim the task for an attempt; roll back a replayed batch (see the .proto)."""
-        task, batch, durability, codec = self._checked_open(request)
-        r = await self.store.open(
-            task,
-            batch,
-            codec=codec,
-            writer=wire.writer(request.writer),
-            durability=durability,
-            attempt=request.attempt_id,
-            partitions=wire.declared_partitions(request.partitions, task),
-            event_time_ms=request.event_time_ms if request.HasField("event_time_ms") else None,
-        )
+        task, batch, how = self._checked_open(request)
+        r = await self.store.open(task, batch, **how)
         return self._answer_open(request, task, batch, r)
 
-    def _checked_open(self, request: pb.OpenRequest) -> tuple[TaskKey, int | None, Durability, str]:
-        """An Open's task, batch, durability and codec, refused (nothing done) when bad."""
+    def _checked_open(self, request: pb.OpenRequest) -> tuple[TaskKey, int | None, dict[str, Any]]:
+        """An Open's task, batch and the rest of its arguments (refused when bad)."""
         task = wire.task_key(request.task)
         batch = wire.batch(request, task.fq)
-        durability = wire.durability(request.durability, request.replicas, task.fq)
-        codec = wire.codec(request.codec, task.fq)
         problem = ids.attempt_problem(request.attempt_id)
         if problem:
             raise bad(f"task {task.fq}: {problem}")
-        return task, batch, durability, codec
+        how = {
+            "codec": wire.codec(request.codec, task.fq),
+            "writer": wire.writer(request.writer),
+            "durability": wire.durability(request.durability, request.replicas, task.fq),
+            "attempt": request.attempt_id,
+            "partitions": wire.declared_partitions(request.partitions, task),
+            "event_time_ms": request.event_time_ms if request.HasField("event_time_ms") else None,
+        }
+        return task, batch, how
 
     def _answer_open(
         self, request: pb.OpenRequest, task: TaskKey, batch: int | None, r: OpenResult
@@ -143,7 +140,7 @@ class TaskRpcs:
         Commit leaves the claim taken, as two calls would.
         """
         opening, committing = request.open, request.commit
-        task, batch, durability, codec = self._checked_open(opening)
+        task, batch, how = self._checked_open(opening)
         same = (
             wire.task_key(committing.task) == task
             and wire.batch(committing, task.fq) == batch
@@ -156,17 +153,7 @@ class TaskRpcs:
                 "durability, and carry no position; send Open, then Commit"
             )
         changes = wire.change_set(committing, task.fq, self.limits)
-        opened, committed = await self.store.open_commit(
-            task,
-            batch,
-            changes,
-            codec=codec,
-            writer=wire.writer(opening.writer),
-            durability=durability,
-            attempt=opening.attempt_id,
-            partitions=wire.declared_partitions(opening.partitions, task),
-            event_time_ms=opening.event_time_ms if opening.HasField("event_time_ms") else None,
-        )
+        opened, committed = await self.store.open_commit(task, batch, changes, **how)
         return pb.OpenCommitResponse(
             open=self._answer_open(opening, task, batch, opened),
             commit=_answer_commit(committed),

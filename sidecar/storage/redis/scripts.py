@@ -24,45 +24,29 @@ import redis.exceptions as rex
 from ... import errors
 from ...errors import SidecarError
 
+_OPEN = (
+    "batch",
+    "new_gen",
+    "now",
+    "writer",
+    "codec",
+    "attempt",
+    "ask_index",
+    "seen_gen",
+    "seen_ver",
+    "partitions",
+    "partition",
+    "event_time",
+    "clock_ms",
+)  # fmt: skip
+
 # name -> its ARGV in order; a script whose ARGV goes on (key/value pairs, keys) takes
 # the rest after these
 ARGV: dict[str, tuple[str, ...]] = {
-    "open": (
-        "batch",
-        "new_gen",
-        "now",
-        "writer",
-        "codec",
-        "attempt",
-        "ask_index",
-        "seen_gen",
-        "seen_ver",
-        "partitions",
-        "partition",
-        "event_time",
-        "clock_ms",
-    ),  # fmt: skip
+    "open": _OPEN,
     "commit": ("epoch", "batch", "position", "now", "writer", "log_entry", "upserts", "deletes"),
     # open's, then what commit takes beside them (open_commit.lua)
-    "open_commit": (
-        "batch",
-        "new_gen",
-        "now",
-        "writer",
-        "codec",
-        "attempt",
-        "ask_index",
-        "seen_gen",
-        "seen_ver",
-        "partitions",
-        "partition",
-        "event_time",
-        "clock_ms",
-        "position",
-        "log_entry",
-        "upserts",
-        "deletes",
-    ),  # fmt: skip
+    "open_commit": (*_OPEN, "position", "log_entry", "upserts", "deletes"),
     "get": ("epoch", "at"),
     "import": ("mode", "epoch", "batch", "position", "codec", "new_gen", "now", "partitions"),
     "changes": ("epoch", "since", "since_gen", "max_keys"),
