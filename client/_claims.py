@@ -1,6 +1,14 @@
 """How a task attempt's claim is taken: Open, and a full or delta Restore.
 
 `Claims` makes the `Session`s (`_session.py`) a process holds, by the reuse rules below.
+Claims are per task attempt, not per process: the first block of an attempt Opens the
+task (new fencing epoch, rollback of a replayed batch); later blocks of the same attempt
+in the same process (one per group in applyInPandasWithState) reuse that claim without a
+round trip, each committing its own changes; a block of the same attempt in another
+Python process (Spark runs applyInPandasWithState's timed-out groups in a second worker)
+Opens again and the sidecar hands it the same claim: same epoch, nothing rolled back. A
+process that already holds the committed version skips Restore. A block made with
+`open_at="exit"` that only writes sends its Open with its Commit (`open_commit`).
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from ._context import TaskIdentity
 from ._reads import note_restore
 from ._schema import Schema
 from ._session import RECENT, OpenInfo, Session
-from ._transport import GrpcTransport
+from ._transport import GrpcTransport, OlderSidecarError
 from ._wire import decode_chunk, unpack_keys
 
 
@@ -137,16 +145,21 @@ class Claims:
 
         `prior` is this process's session of an earlier attempt (its sidecar serves
         OpenCommit); `values` are the block's writes as it made them. None, and nothing
-        sent, when the change set is over one message: the block then opens and commits as
-        any other. The session keeps this process's copy (with the block's writes) when the
-        Open found the version that copy is of; else it has no data, and the attempt's next
-        block here reads the state again.
+        sent, when the change set is over one message, or when the sidecar answers that it
+        does not serve the call (replaced by an older one): the block then opens and
+        commits as any other. The session keeps this process's copy (with the block's
+        writes) when the Open found the version that copy is of; else it has no data, and
+        the attempt's next block here reads the state again.
         """
         commit = committer.whole(prior, upserts)
         if commit is None:
             return None
         req = pb.OpenCommitRequest(open=self._open_request(), commit=commit)
-        r = self.transport.open_commit(req, self.task_id)
+        try:
+            r = self.transport.open_commit(req, self.task_id)
+        except OlderSidecarError:  # the sidecar was replaced by an older one since
+            prior.open_commit = False
+            return None
         session = self._claimed(r.open, prior)
         session.info = replace(session.info, with_commit=True)
         data = session.data

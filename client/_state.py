@@ -6,13 +6,7 @@ Life cycle (one object, one `with` block)::
                             --exit exc--> FAILED      (changes discarded, exception re-raised)
                             --commit()--> OPEN        (a checkpoint; the block goes on)
 
-Claims are per task attempt, not per process: the first block of an attempt Opens the
-task (new fencing epoch, rollback of a replayed batch); later blocks of the same attempt
-in the same process (one per group in applyInPandasWithState) reuse that claim without a
-round trip, each committing its own changes; a block of the same attempt in another
-Python process (Spark runs applyInPandasWithState's timed-out groups in a second worker)
-Opens again and the sidecar hands it the same claim: same epoch, nothing rolled back. A
-process that already holds the committed version skips Restore.
+How blocks share a task attempt's claim: `_claims.py`.
 """
 
 from __future__ import annotations
@@ -211,7 +205,12 @@ class TaskState(MutableMapping[str, Any]):
     def _open_waiting(self) -> Session:
         """Open a block that entered without: its writes so far go on the state it finds."""
         written, _ = self._data, self._stop_waiting()
-        session = self._take()
+        try:
+            session = self._take()
+        except BaseException:  # refused (fenced, ahead...): the block has failed
+            self.phase, self._data = Phase.FAILED, {}
+            self._block.changes.clear()
+            raise
         self._data.update(written)
         self._absent.difference_update(written)
         return session
@@ -288,6 +287,9 @@ class TaskState(MutableMapping[str, Any]):
             return value
         if key in self._absent or not isinstance(key, str):
             return MISSING
+        if self._waiting is not None:  # opened here: the state it finds may hold the key
+            self._open_waiting()
+            return self._lookup(key)
         session = self._require_open()
         if self.config.mode != "mirror":
             return self._reads.lookup(self._data, self._absent, key, session.epoch)
@@ -373,7 +375,8 @@ class TaskState(MutableMapping[str, Any]):
         self._written[key] = None
 
     def __contains__(self, key: object) -> bool:
-        self._require_open()
+        if self.phase is not Phase.OPEN:
+            self._require_open()
         return isinstance(key, str) and self._lookup(key) is not MISSING
 
     def __iter__(self) -> Iterator[str]:
@@ -388,12 +391,8 @@ class TaskState(MutableMapping[str, Any]):
         return iter([k for k in stored if k not in gone] + extra)
 
     def __len__(self) -> int:
-        session = self._require_open()
-        if self.config.mode == "mirror":
-            if not self._complete:
-                self._load_rest(session)
-            return len(self._data)
-        return sum(1 for _ in self)
+        keys = iter(self)  # (mirror mode: the whole state here, in _data)
+        return len(self._data) if self.config.mode == "mirror" else sum(1 for _ in keys)
 
     def __repr__(self) -> str:
         return f"TaskState({self.task_id!r}, mode={self.config.mode!r}, phase={self.phase.value})"

@@ -156,13 +156,17 @@ def translate_status(
             task,
         )
     if code == grpc.StatusCode.UNIMPLEMENTED:
-        return TaskStateError(
+        return OlderSidecarError(
             f"{where}the sidecar at {target} does not implement this call ({details}): it "
             "is older than this client. Operator action: upgrade the sidecar (image or "
             "chart) to the client's version.",
             task,
         )
     return TaskStateError(f"{where}sidecar call failed ({code}: {details})", task)
+
+
+class OlderSidecarError(TaskStateError):
+    """The sidecar does not serve the call: it is older than this client."""
 
 
 class _RetryableError(Exception):

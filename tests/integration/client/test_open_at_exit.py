@@ -17,17 +17,17 @@ import msgpack
 import orjson
 import pytest
 
-from taskstate.client import FencedError, LocalContext, TaskState
+from taskstate.client import FencedError, LocalContext, TaskState, _cache
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
-from taskstate.sidecar.storage.redis.keys import meta_key
+from taskstate.sidecar.storage.redis.keys import meta_key, task_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 from ..conftest import snapshot, stored
 
 pytestmark = pytest.mark.integration
 
-CALLS = ("Open", "Commit", "OpenCommit", "Restore")
+CALLS = ("Open", "Commit", "OpenCommit", "Restore", "Get")  # (Get: single and MultiGet)
 
 
 def ts(side: SidecarProcess, ns: str, ctx: LocalContext, open_at: str = "exit") -> TaskState:
@@ -76,8 +76,8 @@ def test_a_read_or_a_delete_opens_the_block_as_at_its_enter(
     before = calls(metered_sidecar)
     with ts(metered_sidecar, namespace, LocalContext(0, batch_id=1)) as s:
         s["c"] = 3
-        assert s["a"] == 1  # opens here; the write made before stays the block's
-        assert s["c"] == 3
+        assert "c" in s and s["c"] == 3  # its own write: still no Open
+        assert s["a"] == 1  # opens here, on the copy this process holds (no read on demand)
         del s["b"]
     assert moved(before, calls(metered_sidecar)) == {"Open": 1, "Commit": 1}
     assert values(redis_server, namespace) == {"a": 1, "c": 3}
@@ -132,6 +132,46 @@ def test_an_exception_in_a_block_that_never_opened_sends_nothing(
     assert snapshot(redis_server, namespace) == state
     with ts(metered_sidecar, namespace, LocalContext(0, batch_id=1), "enter") as s:
         assert dict(s) == {"a": 1}  # the copy here was not touched by the failed block
+        assert not s.info.restored and not s.info.on_demand
+
+
+def test_a_change_set_over_one_message_opens_and_commits_in_pieces(
+    redis_server: RedisServer,
+    metered_sidecar: SidecarProcess,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("TASKSTATE_MAX_MESSAGE_BYTES", str(1 << 18))
+    with ts(metered_sidecar, namespace, LocalContext(0, batch_id=0), "enter") as s:
+        s["a"] = 1
+    big = {f"k{i}": "x" * 1000 for i in range(600)}  # about 600 KiB: over one message
+    before = calls(metered_sidecar)
+    with ts(metered_sidecar, namespace, LocalContext(0, batch_id=1)) as s:
+        s.update(big)
+    went = moved(before, calls(metered_sidecar))
+    assert went["Open"] == 1 and went["Commit"] >= 4 and "OpenCommit" not in went
+    assert values(redis_server, namespace) == {"a": 1, **big}
+
+
+def test_a_copy_read_on_demand_goes_through_the_one_call_and_stays_true(
+    redis_server: RedisServer, metered_sidecar: SidecarProcess, namespace: str
+) -> None:
+    state = {f"k{i}": i for i in range(100)}
+    with ts(metered_sidecar, namespace, LocalContext(0, batch_id=0), "enter") as s:
+        s.update(state)
+    _cache.sessions.clear()  # a new worker: it reads on demand
+    with ts(metered_sidecar, namespace, LocalContext(0, batch_id=1), "enter") as s:
+        assert s.info.on_demand and s["k1"] == 1
+    before = calls(metered_sidecar)
+    with ts(metered_sidecar, namespace, LocalContext(0, batch_id=2)) as s:
+        s["k1"] = "one"
+        s["new"] = "n"
+    assert moved(before, calls(metered_sidecar)) == {"OpenCommit": 1}
+    state.update({"k1": "one", "new": "n"})
+    assert values(redis_server, namespace) == state
+    with ts(metered_sidecar, namespace, LocalContext(0, batch_id=3), "enter") as s:
+        assert s["k1"] == "one" and s["new"] == "n" and s["k2"] == 2  # k2: read on demand
+        assert dict(s) == state
 
 
 def test_bad_open_at_is_refused_before_anything_is_sent(
@@ -173,16 +213,18 @@ def test_a_sidecar_killed_during_the_one_call_lands_it_once(
     """kill -9 the sidecar while OpenCommit waits on Redis; the retry through a new one."""
     sock = tmp_path / "s.sock"
     side = SidecarProcess(redis_server.url, sock).start()
+    metered = ["--metrics-port", "0"]
     replacement: list[SidecarProcess] = []
     try:
         with ts(side, namespace, LocalContext(0, batch_id=0), "enter") as s:
             s.update({"a": 0, "b": 0})
         r = redis_server.client()
+        ver = int(r.hget(meta_key(namespace, "c", 0), "ver") or 0)
 
         def fault() -> None:
             time.sleep(0.5)  # the call is in the sidecar, its script behind DEBUG SLEEP
             side.kill()
-            replacement.append(SidecarProcess(redis_server.url, sock).start())
+            replacement.append(SidecarProcess(redis_server.url, sock, extra=metered).start())
 
         sleeper = threading.Thread(target=lambda: r.execute_command("DEBUG", "SLEEP", 1.5))
         killer = threading.Thread(target=fault)
@@ -198,6 +240,16 @@ def test_a_sidecar_killed_during_the_one_call_lands_it_once(
         assert values(redis_server, namespace) == {"a": 1, "b": 0, "c": 1}
         meta = r.hgetall(meta_key(namespace, "c", 0))
         assert meta[b"batch"] == b"1" and b"rollbacks" not in meta
+        # Once, or the first script ran after all and the retry applied the same absolute
+        # values again (as a retried Commit does): the same change set, no rollback
+        landed = int(meta[b"ver"]) - ver
+        log = r.hgetall(task_key(namespace, "c", 0, "log"))
+        assert landed in (1, 2)
+        assert all(
+            sorted(msgpack.unpackb(log[b"%d" % v])) == ["a", "c"]
+            for v in range(ver + 1, ver + landed + 1)
+        )
+        assert calls(replacement[0])["OpenCommit"] == 1  # the retry, through the new one
         with ts(replacement[0], namespace, LocalContext(0, batch_id=2), "enter") as s:
             assert dict(s) == {"a": 1, "b": 0, "c": 1}
     finally:

@@ -5,7 +5,8 @@ while. An older sidecar parses a newer request and drops the fields it does not 
 (protobuf keeps them as unknown fields nobody reads). `OldSidecarProxy` sits in front of
 the real sidecar and does exactly that for the fields added after the first release:
 `CommitRequest.packed_upserts/packed_deletes`, `RestoreRequest.packed/since_version/
-delta_only`, `GetRequest.packed_keys` and `OpenResponse.packed_commits/packed_gets`.
+delta_only`, `GetRequest.packed_keys` and `OpenResponse.packed_commits/packed_gets/
+open_commit`; it serves no OpenCommit (UNIMPLEMENTED).
 Without the advertisements in OpenResponse the client would send its changes (or the keys
 it reads on demand) only in the packed fields, and the old sidecar would see none.
 """
@@ -34,7 +35,7 @@ _NEWER_FIELDS: dict[Any, tuple[str, ...]] = {
     pb.CommitRequest: ("packed_upserts", "packed_deletes"),
     pb.RestoreRequest: ("packed", "since_version", "delta_only"),
     pb.GetRequest: ("packed_keys",),
-    pb.OpenResponse: ("packed_commits", "packed_gets", "text_values"),
+    pb.OpenResponse: ("packed_commits", "packed_gets", "text_values", "open_commit"),
 }
 
 
@@ -170,3 +171,28 @@ def test_operator_calls_an_older_sidecar_lacks_say_upgrade(
         admin.read(task)
     with pytest.raises(TaskStateError, match="older than this client"):
         admin.doctor()
+
+
+def test_a_sidecar_replaced_by_an_older_one_gets_open_then_commit(
+    sidecar: SidecarProcess,
+    old_sidecar: OldSidecarProxy,
+    redis_server: RedisServer,
+    namespace: str,
+) -> None:
+    """A worker learnt from a newer sidecar that it serves OpenCommit; then an older one
+    serves the socket (a rollback of the chart): the one call is refused UNIMPLEMENTED,
+    and the block opens and commits as any other, once, and later blocks do so at once."""
+
+    def block(target: str, batch: int, key: str) -> None:
+        ctx = LocalContext(0, batch_id=batch)
+        with TaskState(
+            ctx, component="c", namespace=namespace, sidecar=target, open_at="exit"
+        ) as s:
+            s[key] = batch
+
+    block(sidecar.target, 0, "a")  # the newer sidecar: it says it serves OpenCommit
+    block(old_sidecar.target, 1, "b")
+    assert (old_sidecar.seen.get("Open"), old_sidecar.seen.get("Commit")) == (1, 1)
+    block(old_sidecar.target, 2, "c")  # its Open said nothing of OpenCommit
+    assert (old_sidecar.seen.get("Open"), old_sidecar.seen.get("Commit")) == (2, 2)
+    assert _stored(redis_server, namespace) == {b"a": b"0", b"b": b"1", b"c": b"2"}
