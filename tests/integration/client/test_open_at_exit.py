@@ -156,7 +156,7 @@ def test_a_change_set_over_one_message_opens_and_commits_in_pieces(
 def test_a_copy_read_on_demand_goes_through_the_one_call_and_stays_true(
     redis_server: RedisServer, metered_sidecar: SidecarProcess, namespace: str
 ) -> None:
-    state = {f"k{i}": i for i in range(100)}
+    state: dict[str, object] = {f"k{i}": i for i in range(100)}
     with ts(metered_sidecar, namespace, LocalContext(0, batch_id=0), "enter") as s:
         s.update(state)
     _cache.sessions.clear()  # a new worker: it reads on demand
