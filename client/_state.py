@@ -64,8 +64,8 @@ class TaskState(MutableMapping[str, Any]):
             SchemaVersionError). docs/spark-apis.md, "Keys that expire, values that change".
         open_at: `enter` (refusals such as FencedError are raised there) or `exit`: a
             block that only writes Opens with its Commit, in one call, at its exit (once
-            this process has opened the task); a read, a delete, `info`, `position` or
-            `commit()` opens it first. docs/spark-apis.md, "A block that only writes".
+            this process has opened the task); anything but `s[k] = v` and reading back
+            what it wrote opens it first. docs/spark-apis.md, "A block that only writes".
 
     Resume contract: `position` is the value passed to the last successful `commit()`
     of the committed state; a resumed task continues *after* that position.
