@@ -81,8 +81,8 @@ class Block:
         """A block that only wrote, never opened: Open and Commit in one call (OpenCommit).
 
         `prior` is this process's session of an earlier attempt of the task, `data` the
-        block's writes. Returns the attempt's session, committed; None (nothing sent) when
-        the change set is over one message.
+        block's writes. Returns the attempt's session, committed; None when the block must
+        open and commit as any other (`Claims.open_commit`).
         """
         upserts, _ = self.changes.collect(data)  # (a delete or a read opened the block)
         session = claims.open_commit(prior, self.committer, upserts, data)

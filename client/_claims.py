@@ -103,7 +103,7 @@ class Claims:
         A mirror block whose enter would Open (this process holds the task from an earlier
         attempt or batch) beside a sidecar that serves OpenCommit, with values stored as
         they are encoded (no time to live, no schema version: no envelope needs the batch's
-        now). It opens at its first read, delete or `commit()` as any block does at enter.
+        now). Anything but `s[k] = v` and reading back what it wrote opens it there.
         """
         ident = self.ident
         return (
@@ -123,7 +123,7 @@ class Claims:
         r = self.transport.open(self._open_request(), self.task_id)
         session = self._claimed(r, prior)
         if self.config.mode == "mirror" and session.data is None:
-            held = prior.data if prior is not None and not prior.deferred else None
+            held = self._held(prior)
             if r.size == 0:
                 session.data = {}  # nothing stored: no Restore round trip
             elif (
@@ -192,11 +192,7 @@ class Claims:
 
     def _claimed(self, r: pb.OpenResponse, prior: Session | None) -> Session:
         """The session an Open's answer gives; its data is `prior`'s when still current."""
-        c = self.config
-        # a copy with another attempt's held changes in it (never flushed) is not the
-        # committed state, whatever its version says
-        mirror = c.mode == "mirror"
-        held = prior.data if mirror and prior is not None and not prior.deferred else None
+        held = self._held(prior)
         reuse = held is not None and prior is not None and prior.version == r.version
         session = Session(
             attempt_id=self.ident.attempt_id,
@@ -234,6 +230,16 @@ class Claims:
                 prior.miss_seconds,
             )
         return session
+
+    def _held(self, prior: Session | None) -> dict[str, Any] | None:
+        """This process's copy of the committed state (mirror mode), at `prior.version`.
+
+        A copy with another attempt's held changes in it (never flushed) is not the
+        committed state, whatever its version says.
+        """
+        if self.config.mode != "mirror" or prior is None or prior.deferred:
+            return None
+        return prior.data
 
     def load(self, session: Session) -> None:
         """Mirror mode without a copy here: read on demand, or restore the whole state."""

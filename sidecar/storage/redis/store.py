@@ -79,7 +79,9 @@ class RedisTaskStore:
         args = await self._open_args(task, batch, codec, writer, durability, attempt,
                                      partitions, event_time_ms)  # fmt: skip
         r = await self._opening.run(task, batch, codec, args, partitions)
-        return await self._opened(task, args, r)
+        result = await self._opened(task, args, r)
+        self._seen.note(task, result.version, result.committed_batch)
+        return result
 
     async def open_commit(
         self,
@@ -105,17 +107,9 @@ class RedisTaskStore:
         }
         wait = await self._waits.wait_for(durability, task)
         r = await self._opening.run(task, batch, codec, args, partitions, commit, wait)
-        acked = 0
-        if wait:
-            r, ack = r[0], r[1]
-            acked = self._waits.check_acks(task, durability, wait, ack)
-        opened = await self._opened(task, args, r[0])
-        c = r[1]
-        committed = CommitResult(
-            version=text(c[0]), size=int(c[1]), replicas_acked=acked, base_version=text(c[2])
-        )
-        self._seen.note(task, committed.version, batch)
-        return opened, committed
+        r, acked = self._acked(task, durability, wait, r)
+        opened = await self._opened(task, args, r[0])  # (the commit's version is noted)
+        return opened, self._committed(task, batch, r[1], acked)
 
     async def _open_args(
         self,
@@ -148,12 +142,12 @@ class RedisTaskStore:
         }
 
     async def _opened(self, task: TaskKey, args: dict[str, str], r: Any) -> OpenResult:
-        """What open.lua answered; the task joins the namespace's index."""
+        """What open.lua answered; the task joins the namespace's index (not noted seen)."""
         if args["ask_index"] == "0":  # a task with no keys before: it joins the index now
             await self._records.index(task)
         else:
             await self._records.index_often(task)
-        result = OpenResult(
+        return OpenResult(
             epoch=int(r[0]),
             committed_batch=int(r[1]),
             position=r[2] if int(r[3]) else None,
@@ -165,8 +159,6 @@ class RedisTaskStore:
             now_ms=int(r[9]),
             expired=int(r[10]),
         )
-        self._seen.note(task, result.version, result.committed_batch)
-        return result
 
     async def mark_done(self, task: TaskKey, batch: int, attempt: str) -> bool:
         """See base.TaskStore.mark_done (lua/done.lua)."""
@@ -293,10 +285,19 @@ class RedisTaskStore:
             r = await self._conn.run("commit", call)
         except rex.ResponseError as exc:
             raise refusal(exc, Refused(task.fq, "commit", batch)) from None
-        acked = 0
-        if wait:
-            r, ack = r[0], r[1]
-            acked = self._waits.check_acks(task, durability, wait, ack)
+        r, acked = self._acked(task, durability, wait, r)
+        return self._committed(task, batch, r, acked)
+
+    def _acked(
+        self, task: TaskKey, durability: Durability, wait: tuple[int, ...], r: Any
+    ) -> tuple[Any, int]:
+        """A write script's reply, and the replicas that acknowledged it (WAIT after it)."""
+        if not wait:
+            return r, 0
+        return r[0], self._waits.check_acks(task, durability, wait, r[1])
+
+    def _committed(self, task: TaskKey, batch: int | None, r: Any, acked: int) -> CommitResult:
+        """What commit.lua answered; this sidecar notes the version it saw."""
         result = CommitResult(
             version=text(r[0]), size=int(r[1]), replicas_acked=acked, base_version=text(r[2])
         )
