@@ -5,11 +5,13 @@ counted once."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from taskstate.client import DurabilityError
+from taskstate.client import DurabilityError, LocalContext, TaskState
 from taskstate.sidecar.storage.redis.keys import data_key, meta_key
 from taskstate.testing import SidecarProcess
 from taskstate.testing.topologies import RedisNode
@@ -19,31 +21,44 @@ from ..workload import Outcome, decode_hash, expected, run_batch
 pytestmark = pytest.mark.integration
 
 
-def test_short_acknowledgement_then_retry_succeeds_once_replica_is_back(
-    tmp_path: Path, namespace: str
-) -> None:
+@contextmanager
+def _replicated(tmp_path: Path) -> Iterator[tuple[RedisNode, RedisNode, SidecarProcess]]:
+    """A master with AOF, its replica (up), and a sidecar on the master."""
     aof = ["--appendonly", "yes", "--appendfsync", "always"]
     master = RedisNode(tmp_path / "master", args=aof).start()
     replica = RedisNode(
         tmp_path / "replica", args=[*aof, "--replicaof", "127.0.0.1", str(master.port)]
     ).start()
-
-    def replica_up() -> bool:
-        if master.info("replication").get("connected_slaves") != 1:
-            return False
-        return replica.alive and replica.info("replication").get("master_link_status") == "up"
-
     side = SidecarProcess(
         f"redis://127.0.0.1:{master.port}/0",
         tmp_path / "s.sock",
         extra=["--redis-deadline", "5", "--durability-timeout-ms", "500"],
     ).start()
-    level = "replicated:1,fsynced"
     try:
-        deadline = time.monotonic() + 20
-        while not replica_up():
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        _wait_replica_up(master, replica)
+        yield master, replica, side
+    finally:
+        side.kill()
+        replica.kill()
+        master.kill()
+
+
+def _wait_replica_up(master: RedisNode, replica: RedisNode) -> None:
+    deadline = time.monotonic() + 20
+    while not (
+        master.info("replication").get("connected_slaves") == 1
+        and replica.alive
+        and replica.info("replication").get("master_link_status") == "up"
+    ):
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+
+
+def test_short_acknowledgement_then_retry_succeeds_once_replica_is_back(
+    tmp_path: Path, namespace: str
+) -> None:
+    level = "replicated:1,fsynced"
+    with _replicated(tmp_path) as (master, replica, side):
         run_batch(side.target, namespace, 0, 0, durability=level)
 
         replica.kill()
@@ -57,10 +72,7 @@ def test_short_acknowledgement_then_retry_succeeds_once_replica_is_back(
         assert master.client().hget(meta_key(namespace, "c", 0), "batch") == b"1"
 
         replica.restart()
-        deadline = time.monotonic() + 20
-        while not replica_up():
-            assert time.monotonic() < deadline
-            time.sleep(0.1)
+        _wait_replica_up(master, replica)
         outcome = Outcome()
         run_batch(side.target, namespace, 0, 1, durability=level, outcome=outcome)  # a retry
         c = master.client()
@@ -70,7 +82,30 @@ def test_short_acknowledgement_then_retry_succeeds_once_replica_is_back(
         # and the replica has it too
         time.sleep(0.2)
         assert decode_hash(replica.client().hgetall(data_key(namespace, "c", 0))) == expected(2)
-    finally:
-        side.kill()
+
+
+def test_a_one_call_block_waits_for_its_replica_as_a_commit_does(
+    tmp_path: Path, namespace: str
+) -> None:
+    """open_at="exit": OpenCommit's script, then WAIT on the same connection."""
+    level = "replicated:1"
+
+    def block(batch: int, value: int) -> TaskState:
+        ctx = LocalContext(0, batch_id=batch)
+        with TaskState(ctx, component="c", namespace=namespace, sidecar=side.target,
+                       durability=level, open_at="exit") as s:  # fmt: skip
+            s["k"] = value
+        return s
+
+    with _replicated(tmp_path) as (master, replica, side):
+        block(0, 0)  # opens at its enter: the worker learns that the sidecar serves the call
+        assert block(1, 1).info.with_commit
+        time.sleep(0.2)
+        assert replica.client().hget(data_key(namespace, "c", 0), "k") == b"1"
         replica.kill()
-        master.kill()
+        while master.info("replication").get("connected_slaves") != 0:
+            time.sleep(0.1)
+        with pytest.raises(DurabilityError, match="0 replica"):
+            block(2, 2)
+        # applied, not acknowledged: as a Commit's, the task fails and its retry rolls back
+        assert master.client().hget(meta_key(namespace, "c", 0), "batch") == b"2"
