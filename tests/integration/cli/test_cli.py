@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 import sys
 import threading
@@ -119,7 +120,10 @@ def test_show_reads_one_version_while_commits_land(sidecar: SidecarProcess, name
                     s[f"k{i:05d}"] = b
             commits[0] += 1
             b += 1
-            stop.wait(0.05)
+            # a pause of random length: a fixed one shorter than a read (a slow CI machine,
+            # the writer's loop holding the GIL) left no read a quiet window, and a read
+            # gave up after READ_ATTEMPTS collisions in a row
+            stop.wait(random.uniform(0.05, 0.5))
 
     admin = AdminClient(sidecar.target, timeout_s=30)
     task = pb.TaskId(namespace=namespace, component="c", partition=0)
