@@ -107,6 +107,32 @@ def test_a_rewrite_keeps_an_earlier_index_entry_which_moves_when_it_comes_due(
     assert index(redis_server, ns) == {"a": now1 + 100_000}
 
 
+def test_a_plain_rewrite_takes_a_key_out_of_the_index_and_a_tilde_is_no_expiry(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
+) -> None:
+    # commit.lua skips the index when there is none and no '~' is in the change set: a
+    # plain value (no envelope, no '~') rewriting a key with an expiry must still take it
+    # out of the index, and a '~' inside plain JSON values must not put one in
+    ns = namespace
+    with ts(sidecar, ns, 0) as s:  # plain values, one with '~' (no envelope: JSON)
+        s["t"] = "~tilde"
+        s["u"] = 1
+    assert index(redis_server, ns) == {}
+    assert not redis_server.client().exists(task_key(ns, "c", 0, "ttl"))
+    with ts(sidecar, ns, 1) as s:
+        s.set("a", 1, ttl=100.0)
+        s["u"] = 2
+        now1 = s.info.now_ms
+    assert index(redis_server, ns) == {"a": now1 + 100_000}
+    with ts(sidecar, ns, 2) as s:  # no ttl: plain values, no '~' in the change set
+        s["a"] = 3
+        s["u"] = 4
+    assert redis_server.client().hget(data_key(ns, "c", 0), "a") == b"3"
+    assert index(redis_server, ns) == {}
+    with ts(sidecar, ns, 3) as s:
+        assert dict(s) == {"t": "~tilde", "u": 4, "a": 3}
+
+
 def test_the_index_holds_each_keys_own_expiry_when_a_block_mixes_them(
     redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
 ) -> None:

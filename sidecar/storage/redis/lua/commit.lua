@@ -138,7 +138,10 @@ local function remember(ks)
   end
   if n > 0 then redis.call('HSET', undo, unpack(rec, 1, n)) end
 end
--- upserts, in chunks (unpack has a stack limit)
+-- upserts, in chunks (unpack has a stack limit). The expiry index has nothing to learn
+-- when there is none and no value can start with an envelope's '~' (none in the blob: a
+-- C-level search instead of a Lua loop over every value, 0.7-1 ms per 10,000 keys)
+local sync = has_ttl or (ARGV[7] ~= '' and string.find(ARGV[7], '~', 1, true) ~= nil)
 local i = 1
 while i <= #ups do
   local stop = math.min(i + 2 * CH, #ups + 1) - 1
@@ -151,7 +154,7 @@ while i <= #ups do
     remember(ks)
   end
   redis.call('HSET', data, unpack(ups, i, stop))
-  if ttl_sync(ttl, ups, i, stop, has_ttl) then has_ttl = true end
+  if sync and ttl_sync(ttl, ups, i, stop, has_ttl) then has_ttl = true end
   i = stop + 1
 end
 -- deletes
