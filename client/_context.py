@@ -150,12 +150,29 @@ def current_context(ctx: Any | None) -> Any:
     return found
 
 
+# The last PySpark TaskContext read and what it gave. Spark makes a TaskContext per task
+# attempt (worker.py: `to_task_context()`) and never changes it, so the group calls of an
+# attempt (one block each) read it once: 1.5 -> 0.2 us a block. Its attempt id is
+# compared too, as a guard. A LocalContext can be changed in place: read every time.
+_read: list[Any] = [None, None, None]  # the context (held: its id stays its own), id, identity
+
+
 def identity(ctx: Any) -> TaskIdentity:
     """Read partition, batch id and attempt from a TaskContext-like object.
 
     Also notes a task of a streaming query that has no batch id, which TaskState refuses
     (`check_batch`).
     """
+    last = _read
+    if ctx is last[0] and ctx.taskAttemptId() == last[1]:
+        return last[2]  # type: ignore[no-any-return]
+    found = _identity_of(ctx)
+    if ctx.__class__.__module__ == "pyspark.taskcontext":
+        _read[:] = ctx, ctx.taskAttemptId(), found
+    return found
+
+
+def _identity_of(ctx: Any) -> TaskIdentity:
     try:
         partition = int(ctx.partitionId())
         attempt = int(ctx.attemptNumber())

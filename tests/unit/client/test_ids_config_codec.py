@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import pickle
 from typing import Any
 
@@ -132,6 +133,54 @@ def test_the_blocks_of_an_attempt_share_its_parts_and_nothing_of_their_own() -> 
         block(LocalContext(1, batch_id=4), partitions=1)
     upgraded = block(version=2, upgrade={1: lambda v: v})
     assert block(version=2, upgrade={1: lambda v: v})._schema is not upgraded._schema
+
+
+def test_a_block_finds_the_parts_of_the_block_before_it_by_equal_arguments() -> None:
+    """The last block's parts are found by one comparison of the arguments: equal ones
+    (a string built anew at each call) find them, equal numbers of another type do not
+    (a refusal stays a refusal), and a forked child builds its own."""
+    ctx = LocalContext(0, batch_id=3)
+    sidecar = "unix:///x.sock"
+    first = TaskState(ctx, component="c", namespace="n", sidecar=sidecar, partitions=2)
+    anew = "".join(["unix:///", "x.sock"])  # equal, another object
+    again = TaskState(ctx, component="c", namespace="n", sidecar=anew, partitions=2)
+    assert again._claims is first._claims and again.config is first.config
+    with pytest.raises(ConfigError, match="partitions=2.0"):
+        TaskState(ctx, component="c", namespace="n", sidecar=sidecar, partitions=2.0)  # type: ignore[arg-type]
+    other = TaskState(ctx, component="c", namespace="m", sidecar=sidecar, partitions=2)
+    assert other._claims is not first._claims and other.task_id.startswith("m/")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        child = TaskState(ctx, component="c", namespace="m", sidecar=sidecar, partitions=2)
+        os.write(w, b"own" if child._claims is not other._claims else b"parent's")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(r, 16) == b"own"
+
+
+def test_a_spark_task_context_is_read_once_per_attempt() -> None:
+    """PySpark makes a TaskContext per task attempt and never changes it: its identity is
+    read at the attempt's first block. Another attempt id on the same object is read
+    again; a LocalContext, which can change in place, every time."""
+    from pyspark.taskcontext import TaskContext
+
+    from taskstate.client._context import identity
+
+    tc = TaskContext()  # (also made the process' current one: not after this test)
+    TaskContext._setTaskContext(None)
+    tc._partitionId, tc._attemptNumber, tc._taskAttemptId, tc._stageId = 3, 0, 77, 1
+    tc._localProperties = {"streaming.sql.batchId": "5", "spark.app.id": "app-1"}
+    first = identity(tc)
+    assert (first.partition, first.batch, first.attempt_id) == (3, 5, "app-1:77")
+    assert identity(tc) is first
+    tc._taskAttemptId, tc._localProperties = 78, {"streaming.sql.batchId": "6",
+                                                  "spark.app.id": "app-1"}  # fmt: skip
+    assert (identity(tc).batch, identity(tc).attempt_id) == (6, "app-1:78")
+    local = LocalContext(0, batch_id=1)
+    assert identity(local).batch == 1
+    local.batch_id = 2
+    assert identity(local).batch == 2
 
 
 @pytest.mark.parametrize(
