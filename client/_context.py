@@ -154,7 +154,9 @@ def current_context(ctx: Any | None) -> Any:
 # attempt (worker.py: `to_task_context()`) and never changes it, so the group calls of an
 # attempt (one block each) read it once: 1.5 -> 0.2 us a block. Its attempt id is
 # compared too, as a guard. A LocalContext can be changed in place: read every time.
-_read: list[Any] = [None, None, None]  # the context (held: its id stays its own), id, identity
+# (the context, held so that its id stays its own; its attempt id; its identity): one
+# tuple, replaced whole, so that a block in another thread never mixes two of them
+_read: tuple[Any, Any, Any] = (None, None, None)
 
 
 def identity(ctx: Any) -> TaskIdentity:
@@ -163,12 +165,13 @@ def identity(ctx: Any) -> TaskIdentity:
     Also notes a task of a streaming query that has no batch id, which TaskState refuses
     (`check_batch`).
     """
+    global _read  # the memo above
     last = _read
     if ctx is last[0] and ctx.taskAttemptId() == last[1]:
         return last[2]  # type: ignore[no-any-return]
     found = _identity_of(ctx)
     if ctx.__class__.__module__ == "pyspark.taskcontext":
-        _read[:] = ctx, ctx.taskAttemptId(), found
+        _read = (ctx, ctx.taskAttemptId(), found)
     return found
 
 

@@ -55,9 +55,17 @@ _by_attempt: dict[tuple[object, ...], TaskParts] = {}
 # The last block's arguments and parts. A group call's block passes what the one before
 # it did (the same TaskIdentity, the same settings), so one comparison finds its parts
 # without building and hashing the table's key (2.9 -> 0.7 us a block). Emptied in a
-# forked child, as the table's key (its pid) would miss there.
-_last: list[Any] = [None, None]
-os.register_at_fork(after_in_child=lambda: _last.__setitem__(0, None))
+# forked child, as the table's key (its pid) would miss there. One tuple, replaced whole:
+# a block in another thread never pairs one block's arguments with another's parts.
+_last: tuple[Any, Any] = (None, None)
+
+
+def _forget_the_last() -> None:
+    global _last  # the memo above
+    _last = (None, None)
+
+
+os.register_at_fork(after_in_child=_forget_the_last)
 
 
 def parts_for(
@@ -81,13 +89,15 @@ def parts_for(
     The settings (component, namespace, sidecar, mode, durability, codec, partitions) are
     resolved by `_config.for_attempt`.
     """
+    global _last  # the memo above
     # the numbers and `now` with their types, as `typed` gives them (True is no count)
     given = (ident, ttl, ttl.__class__, now, now.__class__, version, version.__class__,
              partitions, partitions.__class__, component, namespace, sidecar, mode,
              durability, codec)  # fmt: skip
+    last = _last
     try:
-        if upgrade is None and given == _last[0]:
-            return _last[1]  # type: ignore[no-any-return]
+        if upgrade is None and given == last[0]:
+            return last[1]  # type: ignore[no-any-return]
     except Exception:  # noqa: S110 - an argument with no plain == (an array): the table decides
         pass
     arguments = {"component": component, "namespace": namespace, "sidecar": sidecar,
@@ -101,7 +111,7 @@ def parts_for(
     parts = kept_per_attempt(
         _by_attempt, key, _build, ident, local_property, ttl, now, version, None, arguments
     )
-    _last[:] = given, parts
+    _last = (given, parts)
     return parts
 
 

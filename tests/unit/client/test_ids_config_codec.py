@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
+import threading
 from typing import Any
 
 import pytest
@@ -157,6 +159,31 @@ def test_a_block_finds_the_parts_of_the_block_before_it_by_equal_arguments() -> 
         os._exit(0)
     os.waitpid(pid, 0)
     assert os.read(r, 16) == b"own"
+
+
+def test_blocks_in_two_threads_each_find_their_own_attempts_parts() -> None:
+    """Two threads building blocks of two attempts at once: the last block's arguments
+    and parts are replaced together, so no block takes the other thread's parts."""
+    contexts = [LocalContext(0, batch_id=1), LocalContext(1, batch_id=2)]
+    wrong: list[str] = []
+
+    def blocks(ctx: LocalContext) -> None:
+        for _ in range(3000):
+            s = TaskState(ctx, component="c", namespace="n", sidecar="unix:///x.sock")
+            if s._block.committer.batch != ctx.batch_id or s.partition != ctx.partition_id:
+                wrong.append(s.task_id)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        threads = [threading.Thread(target=blocks, args=(c,)) for c in contexts]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    assert wrong == []
 
 
 def test_a_spark_task_context_is_read_once_per_attempt() -> None:
