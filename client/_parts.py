@@ -27,7 +27,7 @@ from taskstate.proto.ids import fq_task_id
 from ._claims import Claims, writer_of
 from ._codec import CODECS, JsonCodec
 from ._commit import Committer
-from ._config import TaskStateConfig, for_attempt, kept_per_attempt, typed
+from ._config import TaskStateConfig, for_attempt, kept_per_attempt
 from ._context import TaskIdentity
 from ._errors import ConfigError
 from ._reads import Reads
@@ -90,10 +90,11 @@ def parts_for(
     resolved by `_config.for_attempt`.
     """
     global _last  # the memo above
-    # the numbers and `now` with their types, as `typed` gives them (True is no count)
-    given = (ident, ttl, ttl.__class__, now, now.__class__, version, version.__class__,
-             partitions, partitions.__class__, component, namespace, sidecar, mode,
-             durability, codec)  # fmt: skip
+    # each value with its class: 1, 1.0 and True are equal values, not equal arguments
+    # (True is no partition count); the table's key and the last block's arguments
+    values = (ttl, now, version, component, namespace, sidecar, mode, durability, codec,
+              partitions)  # fmt: skip
+    given = (ident, values, tuple(map(type, values)))
     last = _last
     try:
         if upgrade is None and given == last[0]:
@@ -105,12 +106,10 @@ def parts_for(
                  "partitions": partitions}  # fmt: skip
     if upgrade is not None:  # functions: this block's own parts
         return _build(ident, local_property, ttl, now, version, upgrade, arguments)
-    # each value with its type, as `typed` gives the others
-    key = (os.getpid(), ident, ttl.__class__, ttl, now.__class__, now, version.__class__,
-           version, *typed(arguments))  # fmt: skip
     parts = kept_per_attempt(
-        _by_attempt, key, _build, ident, local_property, ttl, now, version, None, arguments
-    )
+        _by_attempt, (os.getpid(), *given), _build, ident, local_property, ttl, now, version,
+        None, arguments,
+    )  # fmt: skip
     _last = (given, parts)
     return parts
 
