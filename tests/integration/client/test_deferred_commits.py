@@ -35,6 +35,7 @@ from taskstate.testing import RedisServer, SidecarProcess
 from ..attempt_worker import worker_pool
 from ..conftest import snapshot, stored
 from ..seeding import begin, commit, stage
+from ..waiting import eventually
 
 
 def plugin_ctx(partition: int, **kw: Any) -> LocalContext:
@@ -166,10 +167,12 @@ def test_a_worker_killed_before_the_flush_fails_it_and_the_retry_counts_once(
         # the flush comes once the sidecar saw the worker's stream end (as when the plugin
         # asks after the task's end); one that races it fails too, saying "the worker
         # ended during the flush"
-        deadline = time.monotonic() + 10
-        while side.metrics()['taskstate_requests_in_flight{method="Attach"}'] == attached:
-            assert time.monotonic() < deadline, "the sidecar never saw the worker go"
-            time.sleep(0.02)
+        eventually(
+            lambda: side.metrics()['taskstate_requests_in_flight{method="Attach"}'] != attached,
+            "the sidecar never saw the worker go",
+            10,
+            0.02,
+        )
         answer = ask(barrier, f"FLUSH {ctx.taskAttemptId()}")
         assert answer.startswith("FAIL ") and "ended before they were flushed" in answer
         # nothing of the killed worker's held groups reached Redis, only its first block
@@ -194,10 +197,12 @@ def test_a_discarded_attempt_leaves_nothing_and_no_copy_behind(
     ctx = plugin_ctx(0, batch_id=1)
     groups(ctx, side.target, namespace, 50)
     assert ask(barrier, f"DISCARD {ctx.taskAttemptId()}") == "OK 0"
-    deadline = time.monotonic() + 10
-    while buffer.holds(ctx.taskAttemptId()) and time.monotonic() < deadline:
-        time.sleep(0.01)  # the order reaches this process's Attach thread
-    assert not buffer.holds(ctx.taskAttemptId())
+    eventually(  # the order reaches this process's Attach thread
+        lambda: not buffer.holds(ctx.taskAttemptId()),
+        "the discard never reached this process's held groups",
+        10,
+        0.01,
+    )
     assert ask(barrier, f"FLUSH {ctx.taskAttemptId()}") == "OK 0"
     assert stored(redis_server, namespace, int) == {"g0": 1}
     # the retry in this same process must not take the discarded groups for committed

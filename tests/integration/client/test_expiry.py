@@ -26,6 +26,7 @@ from taskstate.sidecar.storage.redis.keys import data_key, task_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 from ..conftest import committed_snapshot, snapshot
+from ..waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -301,10 +302,12 @@ def test_expired_keys_leave_redis_without_their_task_being_opened(
     with SidecarProcess(redis_server.url, tmp_path / "a.sock", extra=sweeping) as side:
         fill(side, namespace)
         full = int(c.info("memory")["used_memory"])
-        deadline = time.monotonic() + 15
-        while c.hlen(data_key(namespace, "c", 0)) > 1:
-            assert time.monotonic() < deadline, "the sidecar did not sweep the idle task"
-            time.sleep(0.2)
+        eventually(
+            lambda: c.hlen(data_key(namespace, "c", 0)) <= 1,
+            "the sidecar did not sweep the idle task",
+            15,
+            0.2,
+        )
     swept = int(c.info("memory")["used_memory"])
     assert full - swept > 3_000_000, (full, swept)  # the 4 MB of values are gone
     assert stored(redis_server, namespace) == {"stays": (None, 1, 1)}

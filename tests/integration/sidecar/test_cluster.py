@@ -14,6 +14,7 @@ from taskstate.sidecar.storage.redis.keys import data_key, meta_key
 from taskstate.testing import SidecarProcess
 from taskstate.testing.topologies import RedisClusterProcs
 
+from ..waiting import eventually
 from ..workload import Outcome, assert_faults_struck, decode_hash, expected, run_batch
 
 pytestmark = pytest.mark.integration
@@ -81,10 +82,9 @@ def test_thousand_tasks_through_slot_migration_and_master_failover(
             time.sleep(0.5)
             b.kill()
             events.append("killed")
-            deadline = time.monotonic() + 60
-            while topo.owner(moving[0]) is not replica:
-                assert time.monotonic() < deadline, "the replica was not promoted"
-                time.sleep(0.2)
+            eventually(
+                lambda: topo.owner(moving[0]) is replica, "the replica was not promoted", 60, 0.2
+            )
             events.append("promoted")
             b.restart()  # rejoins as a replica of the promoted node
             topo.wait_healthy()

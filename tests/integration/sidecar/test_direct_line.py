@@ -20,6 +20,8 @@ from taskstate.sidecar.storage.redis.connect import pack
 from taskstate.sidecar.storage.redis.direct import DirectLine
 from taskstate.testing import RedisServer
 
+from ..waiting import eventually_async
+
 pytestmark = pytest.mark.integration
 
 
@@ -143,10 +145,12 @@ def test_a_connection_redis_closes_is_given_back_and_the_next_call_connects(
             )
             # the close is seen with no call waiting, and the connection is given back at
             # once (redis-py's own wait for the close would give up only after 30 s)
-            deadline = time.monotonic() + 2
-            while line._writer is not None or line._closing:
-                assert time.monotonic() < deadline, "the closed connection was never given back"
-                await asyncio.sleep(0.01)
+            await eventually_async(
+                lambda: line._writer is None and not line._closing,
+                "the closed connection was never given back",
+                2,
+                0.01,
+            )
             assert await line.call(pack(("ECHO", "after"))) == b"after"
 
     asyncio.run(run())

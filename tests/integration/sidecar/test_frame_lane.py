@@ -36,6 +36,7 @@ from taskstate.testing import RedisServer, SidecarProcess
 
 from ..lanes import TOKEN, exactly, lane_with_tokens, read_answer
 from ..lost_answer import check_a_lost_answer_counts_once
+from ..waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -310,10 +311,12 @@ def test_a_call_the_client_gave_up_on_ends_in_the_sidecar(
         redis_server.kill()  # the sidecar retries Redis for up to 20 s
         with pytest.raises(SidecarUnavailableError):
             st.__exit__(None, None, None)
-        deadline = time.monotonic() + 3
-        while side.metrics().get(in_flight, 0) != 0:
-            assert time.monotonic() < deadline, "the sidecar still serves commits given up on"
-            time.sleep(0.1)
+        eventually(
+            lambda: side.metrics().get(in_flight, 0) == 0,
+            "the sidecar still serves commits given up on",
+            3,
+            0.1,
+        )
     finally:
         side.kill()
         redis_server.start()

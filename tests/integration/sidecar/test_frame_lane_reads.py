@@ -12,7 +12,6 @@ import os
 import signal
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from taskstate.proto import taskstate_pb2 as pb
 from taskstate.testing import RedisServer, SidecarProcess
 
 from ..lanes import TOKEN, lane_with_tokens, read_answer, read_frame
+from ..waiting import eventually
 
 pytestmark = pytest.mark.integration
 PAD = "x" * 1000
@@ -166,10 +166,7 @@ def test_a_reader_that_stops_midway_ends_the_stream_in_the_sidecar(
         next(chunks)
         assert lane_only.metrics().get(in_flight) == 1
         chunks.close()  # the reader stops: its connection closes
-        deadline = time.monotonic() + 5
-        while lane_only.metrics().get(in_flight) != 0:
-            assert time.monotonic() < deadline, "the stream still runs"
-            time.sleep(0.05)
+        eventually(lambda: lane_only.metrics().get(in_flight) == 0, "the stream still runs", 5)
         # the reader left: not a failure of the sidecar's
         assert lane_only.metrics().get(cancelled) == 1
         assert 'taskstate_requests_total{code="INTERNAL",method="Read"}' not in lane_only.metrics()
@@ -193,10 +190,9 @@ def test_a_chunk_over_the_sidecars_message_limit_is_refused_as_a_limit(
         # the stream ended (its error frame sent), then the call left the guard: no leak.
         # The client can hear the error before the sidecar's handler has left; so wait
         in_flight = 'taskstate_requests_in_flight{method="Read"}'
-        deadline = time.monotonic() + 10
-        while small.metrics()[in_flight] != 0 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert small.metrics()[in_flight] == 0
+        eventually(
+            lambda: small.metrics()[in_flight] == 0, "the Read's handler never left its guard", 10
+        )
     finally:
         small.kill()
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +11,8 @@ import pytest
 from taskstate.client import FencedError, LocalContext, TaskState, _cache
 from taskstate.testing import RedisServer, SidecarProcess
 from taskstate.testing.processes import scrape_metrics as scrape
+
+from ..waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -107,14 +108,19 @@ def test_metrics_count_redis_retries_and_health(tmp_path: Path, namespace: str) 
         assert sum(v for k, v in got.items() if k.startswith("taskstate_redis_errors_total")) >= 1
         assert got["taskstate_redis_up"] == 1.0
         redis.kill()  # the health ping fails within a second or two
-        deadline = time.monotonic() + 15
-        while scrape(url)["taskstate_redis_up"] != 0.0:
-            assert time.monotonic() < deadline, "taskstate_redis_up stayed 1 with Redis gone"
-            time.sleep(0.2)
+        eventually(
+            lambda: scrape(url)["taskstate_redis_up"] == 0.0,
+            "taskstate_redis_up stayed 1 with Redis gone",
+            15,
+            0.2,
+        )
         redis.start()
-        while scrape(url)["taskstate_redis_up"] != 1.0:
-            assert time.monotonic() < deadline + 15, "taskstate_redis_up stayed 0 after restart"
-            time.sleep(0.2)
+        eventually(
+            lambda: scrape(url)["taskstate_redis_up"] == 1.0,
+            "taskstate_redis_up stayed 0 after restart",
+            30,
+            0.2,
+        )
     finally:
         side.kill()
         proxy.close()

@@ -22,6 +22,7 @@ from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess
 from taskstate.testing.topologies import RedisNode, make_tls_material
 
+from ..waiting import eventually
 from ..workload import Outcome, decode_hash, expected, run_batch
 
 pytestmark = pytest.mark.integration
@@ -122,10 +123,12 @@ def test_redis_down_20s_commits_fail_clearly_then_resume(tmp_path: Path, namespa
         late.join(timeout=60)
         assert not late.is_alive()
         run_batch(side.target, namespace, 0, 5)
-        deadline = time.monotonic() + 10
-        while health(side.target) != health_pb2.HealthCheckResponse.SERVING:
-            assert time.monotonic() < deadline, "health did not come back to SERVING"
-            time.sleep(0.2)
+        eventually(
+            lambda: health(side.target) == health_pb2.HealthCheckResponse.SERVING,
+            "health did not come back to SERVING",
+            10,
+            0.2,
+        )
         for p in range(2):
             run_batch(side.target, namespace, p, 6)
     finally:

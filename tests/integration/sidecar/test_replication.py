@@ -16,6 +16,7 @@ from taskstate.sidecar.storage.redis.keys import data_key, meta_key
 from taskstate.testing import SidecarProcess
 from taskstate.testing.topologies import RedisNode
 
+from ..waiting import eventually
 from ..workload import Outcome, decode_hash, expected, run_batch
 
 pytestmark = pytest.mark.integration
@@ -44,14 +45,16 @@ def _replicated(tmp_path: Path) -> Iterator[tuple[RedisNode, RedisNode, SidecarP
 
 
 def _wait_replica_up(master: RedisNode, replica: RedisNode) -> None:
-    deadline = time.monotonic() + 20
-    while not (
-        master.info("replication").get("connected_slaves") == 1
-        and replica.alive
-        and replica.info("replication").get("master_link_status") == "up"
-    ):
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    eventually(
+        lambda: (
+            master.info("replication").get("connected_slaves") == 1
+            and replica.alive
+            and replica.info("replication").get("master_link_status") == "up"
+        ),
+        "the replica's link to its master did not come up",
+        20,
+        0.1,
+    )
 
 
 def test_short_acknowledgement_then_retry_succeeds_once_replica_is_back(

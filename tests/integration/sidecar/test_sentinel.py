@@ -12,6 +12,7 @@ from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import SidecarProcess
 from taskstate.testing.topologies import RedisSentinelProcs
 
+from ..waiting import eventually
 from ..workload import Outcome, assert_faults_struck, decode_hash, expected, run_batch
 
 pytestmark = pytest.mark.integration
@@ -32,10 +33,9 @@ def test_master_killed_no_acknowledged_commit_lost_sidecar_follows(
             time.sleep(1.0)
             old_master.kill()  # SIGKILL the master mid-stream
             events.append("killed")
-            deadline = time.monotonic() + 60
-            while topo.current_master() is not topo.replica:
-                assert time.monotonic() < deadline, "sentinel did not fail over"
-                time.sleep(0.2)
+            eventually(
+                lambda: topo.current_master() is topo.replica, "sentinel did not fail over", 60, 0.2
+            )
             events.append("failed over")
             time.sleep(1.0)
             old_master.restart()  # comes back; the sentinel makes it a replica
