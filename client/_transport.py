@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -47,7 +48,14 @@ _channels: dict[
 def _stub(
     target: str, max_message_bytes: int, security: SidecarSecurity = _PLAIN
 ) -> pb_grpc.TaskStateServiceStub:
-    """One channel per (process, target).
+    """The stub of the process' channel to `target`."""
+    return _channel(target, max_message_bytes, security)[1]
+
+
+def _channel(
+    target: str, max_message_bytes: int, security: SidecarSecurity = _PLAIN
+) -> tuple[grpc.Channel, pb_grpc.TaskStateServiceStub]:
+    """One channel per (process, target), with its stub.
 
     PySpark forks workers, and a channel made before a fork must not be used after it
     (like redis-py's ConnectionPool._checkpid).
@@ -70,7 +78,7 @@ def _stub(
             )
             entry = (channel, pb_grpc.TaskStateServiceStub(channel))
             _channels[key] = entry
-        return entry[1]
+        return entry
 
 
 # "off": every call over gRPC, even where the sidecar serves the frame lane
@@ -204,6 +212,35 @@ class GrpcTransport:
         """The process-local stub (created lazily, re-created after a fork)."""
         return _stub(self.target, self.max_message_bytes, self.security)
 
+    def _reached(self, task: str | None, wait_s: float) -> None:
+        """Wait at most `wait_s` for the channel to reach the sidecar.
+
+        A call waits for an unreachable sidecar (`wait_for_ready`) as long as its own
+        deadline: where less of the retry deadline is left than that, the wait for the
+        sidecar is bounded by what is left, so that TASKSTATE_RETRY_DEADLINE bounds how
+        long a task waits for a sidecar that is not there.
+        """
+        if wait_s >= self.timeout_s:
+            return  # the call's own deadline ends within the retry deadline
+        ready = grpc.channel_ready_future(
+            _channel(self.target, self.max_message_bytes, self.security)[0]
+        )
+        try:
+            ready.result(timeout=max(wait_s, 0.0))
+        except grpc.FutureTimeoutError:
+            where = f"task {task}: " if task else ""
+            raise _RetryableError(
+                SidecarUnavailableError(
+                    f"{where}the sidecar at {self.target} could not be reached within "
+                    f"TASKSTATE_RETRY_DEADLINE ({self.retry_deadline_s:g} s). Operator action: "
+                    "check that the sidecar runs beside this executor (`taskstate sidecar "
+                    "...` or the executor plugin) and that TASKSTATE_SIDECAR points at it.",
+                    task,
+                )
+            ) from None
+        finally:
+            ready.cancel()
+
     def _lane(self) -> FrameLane | None:
         """The sidecar's frame lane, for a Unix socket without TLS (None: gRPC only)."""
         return lane_for(self.target, self.security)
@@ -211,7 +248,8 @@ class GrpcTransport:
     def _unary(self, method: str, req: Any, task: str, parse: Callable[[bytes], T]) -> T:
         """A unary call: on the frame lane when the sidecar serves one, else over gRPC."""
 
-        def grpc_call() -> T:
+        def grpc_call(wait_s: float) -> T:
+            self._reached(task, wait_s)
             fn: Callable[..., T] = getattr(self.stub, method)
             return fn(req, timeout=self.timeout_s, wait_for_ready=True)
 
@@ -220,20 +258,27 @@ class GrpcTransport:
             return self._call(task, grpc_call)
         data = req.SerializeToString()
 
-        def attempt() -> T:
+        def attempt(wait_s: float) -> T:
             try:
                 return parse(lane.call(method, data, self.timeout_s, self.max_message_bytes))
             except LaneUnreachableError:
                 # nothing was sent: a sidecar starting, or one without the lane (a stale
                 # socket) -- gRPC waits for it as every call always did
-                return grpc_call()
+                return grpc_call(wait_s)
 
         return self._call(task, attempt)
 
-    def _call(self, task: str | None, fn: Callable[[], T]) -> T:
+    def _call(self, task: str | None, fn: Callable[[float], T]) -> T:
+        """`fn(wait_s)`, retried while the sidecar is unreachable, for the retry deadline.
+
+        `wait_s`: how much of the retry deadline is left, the longest `fn` may wait for
+        the sidecar to be reachable (`_reached`).
+        """
+        give_up = time.monotonic() + self.retry_deadline_s
+
         def attempt() -> T:
             try:
-                return fn()
+                return fn(give_up - time.monotonic())
             except grpc.RpcError as exc:
                 err = translate(exc, task, self.target)
                 if type(err) is SidecarUnavailableError:
@@ -284,7 +329,8 @@ class GrpcTransport:
         stream starts again, within the retry deadline. Returns the restored version.
         """
 
-        def run() -> str:
+        def run(wait_s: float) -> str:
+            self._reached(task, wait_s)
             on_reset()
             version = ""
             for chunk in self.stub.Restore(req, timeout=self.timeout_s, wait_for_ready=True):

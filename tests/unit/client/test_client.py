@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import pickle
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -307,6 +309,50 @@ def test_unreachable_sidecar_is_a_clear_error(
         st.__enter__()
     assert "TASKSTATE_SIDECAR" in str(info.value) and isinstance(info.value, ConnectionError)
     pickle.loads(pickle.dumps(info.value))
+
+
+def test_the_retry_deadline_bounds_the_wait_for_a_sidecar_that_is_not_there(
+    namespace: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A call waits for its sidecar as long as its own deadline; with less of the retry
+    # deadline left than that, the wait ends with the retry deadline (it took the 30 s
+    # of TASKSTATE_TIMEOUT before)
+    monkeypatch.setenv("TASKSTATE_TIMEOUT", "30")
+    monkeypatch.setenv("TASKSTATE_RETRY_DEADLINE", "1")
+    st = TaskState(
+        LocalContext(0, batch_id=0),
+        component="c",
+        namespace=namespace,
+        sidecar=f"unix://{tmp_path}/none.sock",
+    )
+    t0 = time.monotonic()
+    with pytest.raises(SidecarUnavailableError, match="TASKSTATE_RETRY_DEADLINE") as info:
+        st.__enter__()
+    assert time.monotonic() - t0 < 10
+    assert info.value.task == f"{namespace}/c/0" and "TASKSTATE_SIDECAR" in str(info.value)
+
+
+def test_a_sidecar_that_comes_up_within_the_retry_deadline_is_waited_for(
+    namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the same bounded wait (the call's deadline longer than the retry deadline) still
+    # finds a sidecar that starts while the task waits
+    monkeypatch.setenv("TASKSTATE_TIMEOUT", "60")
+    monkeypatch.setenv("TASKSTATE_RETRY_DEADLINE", "20")
+    fake = FakeSidecar()
+    starter = threading.Timer(1.0, fake.start)
+    starter.start()
+    try:
+        with TaskState(
+            LocalContext(0, batch_id=0), component="c", namespace=namespace, sidecar=fake.target
+        ) as s:
+            s["n"] = 1
+        starter.join()
+        with open_state(fake, namespace, 1) as s:
+            assert s["n"] == 1
+    finally:
+        starter.join()
+        fake.stop()
 
 
 def test_use_outside_the_block_and_double_enter_are_errors(
