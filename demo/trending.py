@@ -200,6 +200,7 @@ class DemoOptions:
     pause_at: int = -1
     fault_dir: str = ""
     expire_after: int | None = None  # buckets without a hashtag before it expires
+    partitions: int | None = None  # the stateful tasks' count, declared to taskstate
 
 
 _PLAIN: dict[tuple[str, int], dict[str, Any]] = {}
@@ -240,6 +241,8 @@ def make_update(opts: DemoOptions) -> Any:
                 component=COMPONENT,
                 namespace=opts.namespace,
                 sidecar=opts.sidecar,
+                # a run on another count of partitions is refused, not silently wrong
+                partitions=opts.partitions,
                 # event time: the batch's first claim deletes the tags expired by now_ms
                 now=None if expire_after is None else now_ms,
             ) as s:
@@ -325,6 +328,7 @@ def run_query(a: argparse.Namespace) -> int:
         a.pause_at,
         a.fault_dir,
         a.expire_after,
+        a.partitions,
     )
     tweets = (
         spark.readStream.format(SOURCE_NAME)
@@ -504,6 +508,7 @@ class Demo:
         self.prefix = f"demo-{uuid.uuid4().hex[:8]}"
         self._last: tuple[str, int] | None = None
         self._announced: set[tuple[str, str]] = set()
+        self._without_sidecar: set[str] = set()  # runs whose state is not in taskstate
 
     def say(self, text: str) -> None:
         """Print one progress line."""
@@ -622,6 +627,8 @@ class Demo:
     def run(self, name: str, state: str, faults: str) -> float:
         """One scenario from start to end (with its faults); returns seconds."""
         t0 = time.monotonic()
+        if state != "taskstate":
+            self._without_sidecar.add(name)
         at = fault_batches(self.a.batches, faults)
         use = {kind: kind in at for kind in ("worker", "sidecar", "restart")}
         sidecar_at, restart_at = at.get("sidecar", -1), at.get("restart", -1)
@@ -664,6 +671,8 @@ class Demo:
         ):
             if (name, marker) not in self._announced and (faults / marker).exists():
                 self._announced.add((name, marker))
+                if marker == "sidecar-killed" and name in self._without_sidecar:
+                    text += "; this run's state is a dict, so it meets no sidecar"
                 self.say(f"      {name}: fault: {text}")
 
 

