@@ -81,6 +81,21 @@ def _channel(
         return entry
 
 
+def _connected(channel: Any) -> bool:
+    """Whether `channel` is connected now (False when it cannot tell).
+
+    As grpc's own poll of a channel's state asks it (`check_connectivity_state` of the
+    core channel, under any interceptor's wrapper): 1.5 us, against about 0.5 ms for
+    `grpc.channel_ready_future` of a channel that is ready.
+    """
+    for _ in range(3):
+        check = getattr(channel, "check_connectivity_state", None)
+        if check is not None:
+            return bool(check(False) == grpc.ChannelConnectivity.READY.value[0])
+        channel = getattr(channel, "_channel", None)
+    return False
+
+
 # "off": every call over gRPC, even where the sidecar serves the frame lane
 ENV_FRAME_LANE = "TASKSTATE_FRAME_LANE"
 # one lane (its sockets: one per thread) per (target, token) in this process
@@ -222,9 +237,10 @@ class GrpcTransport:
         """
         if wait_s >= self.timeout_s:
             return  # the call's own deadline ends within the retry deadline
-        ready = grpc.channel_ready_future(
-            _channel(self.target, self.max_message_bytes, self.security)[0]
-        )
+        channel = _channel(self.target, self.max_message_bytes, self.security)[0]
+        if _connected(channel):
+            return
+        ready = grpc.channel_ready_future(channel)  # about 0.5 ms even when ready
         try:
             ready.result(timeout=max(wait_s, 0.0))
         except grpc.FutureTimeoutError:
