@@ -49,19 +49,34 @@ _TRANSIENT_REPLIES = (
 _PERMANENT = (rex.AuthenticationError, rex.AuthorizationError, rex.NoPermissionError)
 
 
-def is_permanent_connection_error(exc: BaseException) -> bool:
-    """A connection failure that is a configuration problem (credentials, TLS)."""
-    if isinstance(exc, _PERMANENT):
-        return True
+def permanent_cause(exc: BaseException) -> BaseException | None:
+    """The configuration problem (credentials, TLS) a connection failure comes from, if any.
+
+    Looked for along the chain of causes: over a Unix socket redis-py raises the
+    AuthenticationError of a wrong password as the cause of a ConnectionError, whose own
+    text has lost the WRONGPASS prefix.
+    """
     seen: BaseException | None = exc
     for _ in range(5):
         if seen is None:
             break
-        if isinstance(seen, ssl.SSLCertVerificationError):
-            return True
+        if isinstance(seen, (*_PERMANENT, ssl.SSLCertVerificationError)):
+            return seen
         seen = seen.__cause__ or seen.__context__
     text = str(exc)
-    return "CERTIFICATE_VERIFY_FAILED" in text or "WRONGPASS" in text or "NOAUTH" in text
+    if "CERTIFICATE_VERIFY_FAILED" in text or "WRONGPASS" in text or "NOAUTH" in text:
+        return exc
+    return None
+
+
+def is_permanent_connection_error(exc: BaseException) -> bool:
+    """A connection failure that is a configuration problem (credentials, TLS)."""
+    return permanent_cause(exc) is not None
+
+
+def is_refusal(exc: BaseException) -> bool:
+    """A taskstate script's refusal (TSFENCED, TSNEW, ...): an answer, not a Redis error."""
+    return isinstance(exc, rex.ResponseError) and str(exc).startswith("TS")
 
 
 def is_safe_to_retry(exc: BaseException) -> bool:
@@ -122,7 +137,7 @@ class RetryPolicy:
 
         def _log(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome else None
-            _retrying(what, state.attempt_number, exc)
+            _retrying(what, state.attempt_number + 1, exc)  # after the first, in _run
 
         try:
             if first is not None:
@@ -139,7 +154,8 @@ class RetryPolicy:
         except SidecarError:
             raise
         except Exception as exc:
-            metrics.REDIS_ERRORS.labels(what, type(exc).__name__).inc()
+            if not is_refusal(exc):  # a refusal is the script's answer (a new task, fenced)
+                metrics.REDIS_ERRORS.labels(what, type(exc).__name__).inc()
             if isinstance(exc, rex.ResponseError) and str(exc).startswith("WRONGTYPE"):
                 raise SidecarError(
                     codes.CORRUPT_STATE,
@@ -148,10 +164,11 @@ class RetryPolicy:
                     "find it with `redis-cli --scan --pattern 'ts:{<task>}:*'` and `TYPE`, "
                     "then repair it or drop the task's state (`taskstate drop ... --yes`).",
                 ) from None
-            if is_permanent_connection_error(exc):
+            cause = permanent_cause(exc)
+            if cause is not None:
                 raise SidecarError(
                     codes.STORAGE_UNAVAILABLE,
-                    f"Redis refused the sidecar during {what}: {type(exc).__name__}: {exc}. "
+                    f"Redis refused the sidecar during {what}: {type(cause).__name__}: {cause}. "
                     "Operator action: check the sidecar's Redis user, password and TLS "
                     "settings (--redis-password-file, --redis-tls-*).",
                 ) from exc

@@ -24,7 +24,7 @@ from taskstate.proto.durability import Durability
 from . import metrics
 from .config import LOOPBACK, ConfigError, Limits, SidecarConfig, listen_address
 from .flush import BarrierServer, FlushCoordinator
-from .retry import RetryPolicy, is_permanent_connection_error
+from .retry import RetryPolicy, permanent_cause
 from .rpc.frames import FrameLane
 from .rpc.service import SERVICE_NAME, add_to_server
 from .storage.base import Backend
@@ -111,12 +111,12 @@ class Sidecar:
         try:
             await asyncio.wait_for(self.storage.ping(), timeout=max(2.0, self._ping_timeout()))
         except Exception as exc:
-            if is_permanent_connection_error(exc) or not isinstance(
-                exc, RedisError | OSError | TimeoutError
-            ):
+            cause = permanent_cause(exc)
+            if cause is not None or not isinstance(exc, RedisError | OSError | TimeoutError):
+                cause = cause or exc
                 raise ConfigError(
                     f"Redis at {redact(self.config.redis_url)} refused the sidecar: "
-                    f"{type(exc).__name__}: {exc}. Check the Redis user and password "
+                    f"{type(cause).__name__}: {cause}. Check the Redis user and password "
                     "(URL, --redis-password-file or $TASKSTATE_REDIS_PASSWORD) and the TLS "
                     "files (--redis-tls-ca/-cert/-key)."
                 ) from None

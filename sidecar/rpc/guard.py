@@ -142,9 +142,17 @@ def observed(method: str, request: Any) -> Iterator[list[str]]:
             pass
 
 
+# Refusals that stall a job until someone acts (docs/operations.md, "What to alert on"):
+# logged as warnings, where a fenced zombie or a bad argument is an answer like any other
+NEEDS_AN_OPERATOR = frozenset(
+    {codes.STATE_LOST, codes.STATE_AHEAD, codes.CORRUPT_STATE, codes.PARTITIONS, codes.DURABILITY}
+)
+
+
 async def abort(context: Context, exc: SidecarError) -> NoReturn:
     """End the call with the error's status, its taskstate code in the trailing metadata."""
-    log.info("request refused", extra={"code": exc.code, "error": exc.message})
+    level = logging.WARNING if exc.code in NEEDS_AN_OPERATOR else logging.INFO
+    log.log(level, "request refused", extra={"code": exc.code, "error": exc.message})
     await context.abort(
         exc.status, exc.message, trailing_metadata=((codes.METADATA_KEY, exc.code),)
     )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from taskstate.client import FencedError, LocalContext, TaskState, _cache
+from taskstate.client import FencedError, LocalContext, PartitionCountError, TaskState, _cache
 from taskstate.testing import RedisServer, SidecarProcess
 from taskstate.testing.processes import scrape_metrics as scrape
 
@@ -86,6 +86,10 @@ def test_metrics_move_with_commits_restores_rollbacks_and_fencing(
     assert moved('taskstate_requests_total{code="ok",method="Get"}') == 2
     assert moved('taskstate_requests_total{code="ok",method="Restore"}') == 1
     assert after['taskstate_requests_in_flight{method="Commit"}'] == 0
+    # a new task's first Open (TSNEW) and the fenced commit (TSFENCED) are the scripts'
+    # answers: a Redis-errors alert must not fire on them
+    errors = {k: moved(k) for k in after if k.startswith("taskstate_redis_errors_total")}
+    assert not any(errors.values()), errors
 
 
 def test_metrics_count_redis_retries_and_health(tmp_path: Path, namespace: str) -> None:
@@ -143,6 +147,31 @@ def test_log_records_of_a_request_carry_task_batch_and_epoch(
     assert rollback, mine
     assert rollback[0]["batch"] == 4 and rollback[0]["epoch"] == 2
     assert all(r["level"] in {"debug", "info", "warning", "error"} for r in records)
+
+
+def test_a_refusal_that_needs_an_operator_is_a_warning_a_fenced_zombie_is_not(
+    observed: tuple[SidecarProcess, str], namespace: str
+) -> None:
+    side, _ = observed
+    with TaskState(LocalContext(0, batch_id=0), component="c", namespace=namespace,
+                   sidecar=side.target, partitions=4) as s:  # fmt: skip
+        s["a"] = 1
+    zombie = ts(side, namespace, 1)
+    zombie.__enter__()
+    zombie["a"] = 2
+    held = _cache.sessions.pop(zombie.task_id)
+    with ts(side, namespace, 1) as s:  # a newer attempt fences the first
+        s["a"] = 3
+    _cache.sessions[zombie.task_id] = held
+    with pytest.raises(FencedError):
+        zombie.__exit__(None, None, None)
+    with pytest.raises(PartitionCountError):  # restarted with another count: stalls the job
+        TaskState(LocalContext(0, batch_id=2), component="c", namespace=namespace,
+                  sidecar=side.target, partitions=8).__enter__()  # fmt: skip
+    side.kill()
+    records = [json.loads(x) for x in side.log_path.read_text().splitlines() if x.startswith("{")]
+    refused = {r["code"]: r["level"] for r in records if r["msg"] == "request refused"}
+    assert refused == {"FENCED": "info", "PARTITIONS": "warning"}, refused
 
 
 def test_claims_reused_across_processes_are_counted_and_are_not_rollbacks(

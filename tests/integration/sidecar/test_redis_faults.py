@@ -212,6 +212,26 @@ def test_wrong_password_is_a_clear_error_at_start_not_a_hang(  # type: ignore[no
     assert "wrong-pw-123" not in text and "wrong-pw-123" not in side.log_path.read_text()
 
 
+def test_wrong_password_over_a_unix_socket_is_a_clear_error_at_start(tmp_path: Path) -> None:
+    # over a Unix socket redis-py raises a wrong password as the cause of a
+    # ConnectionError: the sidecar took it for Redis being down, said "ready" and served
+    # NOT_SERVING, and every call failed with "check that Redis is up"
+    redis = RedisServer(tmp_path / "redis").start()
+    try:
+        redis.client().execute_command("CONFIG", "SET", "requirepass", "right-pw")
+        (tmp_path / "pw").write_text("wrong-pw-123\n")
+        side = SidecarProcess(
+            redis.url, tmp_path / "s.sock", extra=["--redis-password-file", str(tmp_path / "pw")]
+        )
+        with pytest.raises(RuntimeError, match="did not start") as info:
+            side.start(timeout=20)
+        text = str(info.value)  # the sidecar's own words, from its log
+        assert "refused the sidecar" in text and "AuthenticationError" in text, text
+        assert "wrong-pw-123" not in text and "wrong-pw-123" not in side.log_path.read_text()
+    finally:
+        redis.kill()
+
+
 def test_untrusted_certificate_is_a_clear_error_at_start(  # type: ignore[no-untyped-def]
     tls_redis, tmp_path: Path
 ) -> None:

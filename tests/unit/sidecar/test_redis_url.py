@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 import redis.exceptions as rex
 
-from taskstate.sidecar.retry import is_permanent_connection_error, is_safe_to_retry
+from taskstate.sidecar.retry import (
+    is_permanent_connection_error,
+    is_refusal,
+    is_safe_to_retry,
+    permanent_cause,
+)
 from taskstate.sidecar.storage.redis.connect import (
     RedisSettings,
     RedisUrlError,
@@ -165,6 +170,19 @@ def test_not_retried(exc: Exception) -> None:
 def test_permanent_errors_are_recognised() -> None:
     assert is_permanent_connection_error(rex.AuthenticationError("x"))
     assert not is_permanent_connection_error(rex.ConnectionError("refused"))
+    # over a Unix socket redis-py raises a wrong password as a ConnectionError caused by
+    # the AuthenticationError (redis/asyncio/connection.py: `raise ConnectionError(exc)
+    # from exc`), its text without the WRONGPASS prefix
+    wrapped = rex.ConnectionError("invalid username-password pair or user is disabled.")
+    wrapped.__cause__ = rex.AuthenticationError("invalid username-password pair")
+    assert is_permanent_connection_error(wrapped) and not is_safe_to_retry(wrapped)
+    assert permanent_cause(wrapped) is wrapped.__cause__
+
+
+def test_a_scripts_refusal_is_an_answer_not_a_redis_error() -> None:
+    assert is_refusal(rex.ResponseError("TSNEW")) and is_refusal(rex.ResponseError("TSFENCED 3"))
+    assert not is_refusal(rex.ResponseError("WRONGTYPE Operation against a key"))
+    assert not is_refusal(rex.ConnectionError("TS"))
 
 
 def test_tls_reaches_every_topology(tmp_path: Path) -> None:
