@@ -14,6 +14,7 @@ from typing import IO, Any
 
 import orjson
 
+from taskstate.client import NotFoundError, TaskStateError
 from taskstate.client.admin import AdminClient
 from taskstate.proto import envelope, ids
 from taskstate.proto import taskstate_pb2 as pb
@@ -91,9 +92,76 @@ def _entry_bytes(rec: dict[str, Any], where: str) -> bytes:
     return envelope.wrap(body, expires, version)
 
 
+def _preflight(source: str, a: argparse.Namespace, admin: AdminClient) -> None:
+    """Refuse, before anything is written, a file whose import would stop part-way.
+
+    Each task is imported on its own, so a task the sidecar refuses (it has state, or its
+    component is split otherwise) would leave the tasks before it imported. This pass
+    reads the file's task lines and asks the sidecar what it holds for each, as its own
+    refusals would. Standard input is read once: its tasks are only checked as imported.
+    """
+    counts: dict[tuple[str, str], int | None] = {}
+    problems: list[str] = []
+    with open(source, encoding="utf-8") as stream:
+        for n, rec in _records(stream, source):
+            if rec["type"] != "task":
+                continue
+            where = f"{source}:{n}"
+            task = parse_task(str(rec.get("task", "")))
+            count = _partitions_of(rec, a.partitions, where)
+            fq = ids.fq_task_id(task.namespace, task.component, task.partition)
+            scope = f"{task.namespace}/{task.component}"
+            first = counts.setdefault((task.namespace, task.component), count)
+            if first != count:
+                problems.append(
+                    f"{where}: task {fq}: the file splits {scope} into "
+                    f"{count} partitions here and {first} before"
+                )
+            try:
+                info = admin.describe(task)
+            except NotFoundError:
+                info = pb.TaskInfo()
+            recorded = info.partitions or None
+            brings = count if count is not None else recorded
+            if info.exists and not a.replace:
+                problems.append(
+                    f"{where}: task {fq} already has state (batch "
+                    f"{info.committed_batch}, {info.size} keys)"
+                )
+            if info.rescaling:
+                problems.append(f"{where}: task {fq}: a taskstate rescale holds {scope}")
+            if recorded is not None and brings != recorded:
+                shown = "no count" if count is None else f"{count} partitions"
+                problems.append(
+                    f"{where}: task {fq}: the state of {scope} in Redis is split "
+                    f"into {recorded} partitions, and the import brings {shown}"
+                )
+            elif brings is not None and task.partition >= brings:
+                problems.append(
+                    f"{where}: task {fq}: partition {task.partition} is outside "
+                    f"the {brings} partitions the export records"
+                )
+    if problems:
+        listed = "\n  ".join(problems[:20])
+        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        raise TaskStateError(
+            f"{source} cannot be imported whole:\n  {listed}{more}\nNothing was imported. "
+            "Drop what is there first (`taskstate drop NAMESPACE[/COMPONENT[/PARTITION]] "
+            "--yes`, which also forgets a component's count), or import with --replace to "
+            "write over tasks that have state."
+        )
+
+
 def cmd_import(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
-    """`taskstate import`: create the tasks of an export (refusing existing ones)."""
+    """`taskstate import`: create the tasks of an export (refusing existing ones).
+
+    A file is checked whole first (`_preflight`), so that the usual refusals leave nothing
+    imported; a refusal part-way (standard input, or a job that wrote meanwhile) says which
+    tasks were imported before it.
+    """
     source = a.file
+    if source != "-":
+        _preflight(source, a, admin)
     stream: IO[str] = sys.stdin if source == "-" else open(source, encoding="utf-8")
     imported = keys = 0
     try:
@@ -161,6 +229,12 @@ def cmd_import(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
             flush(True)
             imported += 1
             print(f"taskstate import: {current['task']}: {current['_n']} keys", file=sys.stderr)
+    except TaskStateError:
+        if imported:
+            print(f"taskstate import: stopped part-way: the {imported} task(s) listed above "
+                  "were imported; the one refused below and those after it in "
+                  f"{source} were not", file=sys.stderr)  # fmt: skip
+        raise
     finally:
         if stream is not sys.stdin:
             stream.close()

@@ -340,8 +340,11 @@ class MemoryTaskStore:
     async def describe(self, task: TaskKey) -> TaskMeta:
         """The task's metadata."""
         t = self.state.tasks.get(task)
-        if t is None:
-            return TaskMeta(task=task, exists=False)
+        if t is None:  # the component's count, which an Open or an import would meet
+            counts = self.state.partition_counts
+            return TaskMeta(
+                task=task, exists=False, partitions=counts.get((task.namespace, task.component))
+            )
         return TaskMeta(
             task=task,
             exists=True,

@@ -28,7 +28,11 @@ async def version(conn: Connection, task: TaskKey) -> str:
 
 
 async def describe(conn: Connection, records: NamespaceRecords, task: TaskKey) -> TaskMeta:
-    """The task's metadata; its partition count from the component's record if not its own."""
+    """The task's metadata; its partition count from the component's record if not its own.
+
+    A task without state gets the component's count as well: the count an Open or an
+    import of it would meet (`taskstate import` checks a file against it first).
+    """
     meta, data, _, _ = task_keys(task)
 
     async def call() -> Any:
@@ -39,7 +43,7 @@ async def describe(conn: Connection, records: NamespaceRecords, task: TaskKey) -
 
     m, size = await conn.run("describe", call)
     found = parse(task, m, int(size))
-    if found.exists and found.partitions is None:
+    if found.partitions is None:
         counts = await records.recorded_counts(task.namespace)
         found = dataclasses.replace(found, partitions=counts.get(task.component))
     return found

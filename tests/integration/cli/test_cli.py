@@ -28,11 +28,13 @@ from ..conftest import snapshot
 pytestmark = pytest.mark.integration
 
 
-def cli(*args: str, sidecar: SidecarProcess | None = None, check: int | None = 0) -> Any:
+def cli(
+    *args: str, sidecar: SidecarProcess | None = None, check: int | None = 0, stdin: str = ""
+) -> Any:
     cmd = [sys.executable, "-m", "taskstate.cli.main", *args]
     if sidecar is not None:
         cmd += ["--sidecar", sidecar.target]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    r = subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=120, check=False)
     if check is not None:
         assert r.returncode == check, (r.returncode, r.stdout, r.stderr)
     return r
@@ -270,8 +272,35 @@ def test_an_export_without_partition_counts_is_imported_only_with_one_given(
     kept = snapshot(redis_server, namespace)
     r = cli("import", str(old), "--partitions", "3", sidecar=sidecar, check=1)
     assert "split into 2 partitions, and the import brings 3 partitions" in r.stderr
-    assert "Nothing of this task was imported" in r.stderr
+    assert "Nothing was imported" in r.stderr
     assert snapshot(redis_server, namespace) == kept
+
+
+def test_an_import_that_would_stop_part_way_writes_nothing(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str, tmp_path: Path
+) -> None:
+    """Each task is imported on its own: a refusal at the second task of a file left the
+    first imported, under a message saying "nothing was imported" (an SRE's review)."""
+    for part in range(2):
+        with ts(sidecar, namespace, 4, part=part, comp="a" if part == 0 else "b") as s:
+            s["n"] = part
+    dump = tmp_path / "export.jsonl"
+    cli("export", namespace, "--out", str(dump), sidecar=sidecar)
+    cli("drop", f"{namespace}/a", "--yes", sidecar=sidecar)  # b keeps its state
+    kept = snapshot(redis_server, namespace)
+    r = cli("import", str(dump), sidecar=sidecar, check=1)
+    assert f"task {namespace}/b/1 already has state (batch 4, 1 keys)" in r.stderr, r.stderr
+    assert "Nothing was imported" in r.stderr and f"{namespace}/a/0" not in r.stderr
+    assert snapshot(redis_server, namespace) == kept  # a/0 was imported before, b refused
+    # standard input is read once: a refusal part-way says what was imported before it
+    r = cli("import", "-", sidecar=sidecar, check=1, stdin=dump.read_text())
+    assert f"{namespace}/a/0: 1 keys" in r.stderr
+    assert "stopped part-way: the 1 task(s) listed above were imported" in r.stderr
+    assert "already has state" in r.stderr
+    cli("import", str(dump), "--replace", sidecar=sidecar)  # and --replace writes both
+    _cache.sessions.clear()
+    with ts(sidecar, namespace, 5, part=0, comp="a") as s:
+        assert s["n"] == 0
 
 
 def test_imported_task_refuses_a_replay_of_its_batch_rather_than_count_twice(
