@@ -61,6 +61,8 @@ class Sidecar:
         self.storage: Backend = storage
         self._health_task: asyncio.Task[None] | None = None
         self._serving: bool | None = None
+        # whether Redis' persistence was checked (at start, or once it first answered)
+        self._persistence_checked = self.config.allow_volatile_redis
         opts = [
             ("grpc.max_receive_message_length", config.max_message_bytes),
             ("grpc.max_send_message_length", config.max_message_bytes),
@@ -131,7 +133,14 @@ class Sidecar:
         return True
 
     async def _warn_if_redis_can_lose_state(self) -> None:
-        """Log a warning for each way this Redis can lose state by itself (doctor's checks)."""
+        """Log a warning for each way this Redis can lose state by itself (doctor's checks).
+
+        Once, when Redis first answers: at start, or later when it was not up then (a
+        DaemonSet's sidecar often starts before its Redis).
+        """
+        if self._persistence_checked:
+            return
+        self._persistence_checked = True
         try:
             report = await asyncio.wait_for(
                 self.storage.admin.doctor(Durability()), timeout=self._ping_timeout()
@@ -176,6 +185,8 @@ class Sidecar:
                 log.error("redis refuses the sidecar", extra={"error": str(exc)})
                 ok = False
             await self._set_health(ok)
+            if ok:
+                await self._warn_if_redis_can_lose_state()
 
     async def start(self) -> list[str]:
         """Check Redis, bind every listener and start serving; returns the addresses.
@@ -184,7 +195,7 @@ class Sidecar:
         back); Redis that refuses the credentials or the certificate is (ConfigError).
         """
         reachable = await self._redis_reachable()
-        if reachable and not self.config.allow_volatile_redis:
+        if reachable:
             await self._warn_if_redis_can_lose_state()
         for spec in self.config.listen:
             addr, path = listen_address(spec)

@@ -7,6 +7,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from taskstate.sidecar.storage.redis.keys import namespace_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 from ..conftest import snapshot
+from ..waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -424,6 +426,30 @@ def test_the_sidecar_warns_at_start_about_a_redis_that_can_lose_state(
     assert all("spark.taskstate.sidecar.extraArgs=--allow-volatile-redis" in w["silence_with"]
                for w in warnings), warnings  # fmt: skip
     assert "redis can lose task state" not in quiet.log_path.read_text()
+
+
+def test_the_sidecar_warns_once_redis_comes_up_when_it_was_down_at_start(
+    tmp_path: Path,
+) -> None:
+    """A DaemonSet's sidecar often starts before its Redis: the check ran only at start,
+    so the warning never came (an SRE's review)."""
+    redis = RedisServer(tmp_path / "later")  # not started yet: its socket does not exist
+    side = SidecarProcess(redis.url, tmp_path / "early.sock").start()
+    try:
+        redis.start()  # no AOF, no snapshots: a Redis that can lose state
+        eventually(
+            lambda: "redis can lose task state" in side.log_path.read_text(),
+            "the sidecar never warned about the Redis that came up after it",
+            20,
+            0.2,
+        )
+        time.sleep(2.5)  # two more health checks: the warning is not repeated
+    finally:
+        side.kill()
+        redis.kill()
+    warned = [json.loads(line) for line in side.log_path.read_text().splitlines()
+              if "redis can lose task state" in line]  # fmt: skip
+    assert [w["check"] for w in warned] == ["persistence"], warned
 
 
 def test_operator_commands_reach_a_redis_without_a_running_sidecar(
