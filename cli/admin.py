@@ -205,6 +205,13 @@ def main(command: str, argv: Sequence[str], out: IO[str] | None = None) -> int:
         return 2
     except SidecarUnavailableError as exc:
         print(f"taskstate {command}: {exc}: {unreachable_hint(command)}.", file=sys.stderr)
+        if command == "rescale":  # the sidecar went away mid-way: what is left to do
+            print(
+                f"taskstate {command}: if the rescale had started, it is left part-way, and "
+                "the component's tasks refuse to open until it is done: run the same "
+                "command again to finish it (it picks up where it stopped).",
+                file=sys.stderr,
+            )
         return 1
     except TaskStateError as exc:
         print(f"taskstate {command}: {exc}", file=sys.stderr)

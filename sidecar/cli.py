@@ -139,7 +139,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--socket-mode",
-        type=lambda v: int(v, 8),
+        type=_socket_mode,
         default=0o660,
         help="permissions of Unix sockets, octal (default 0660: owner and group only)",
     )
@@ -200,6 +200,19 @@ def _positive(value: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"{n} must be at least 1")
     return n
+
+
+def _socket_mode(value: str) -> int:
+    """An octal file mode such as 0660 (argparse type)."""
+    try:
+        mode = int(value, 8)
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an octal file mode such as 0660 (owner and group read and write)"
+        )
+    return mode
 
 
 def _group(value: str) -> int:

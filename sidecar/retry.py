@@ -116,7 +116,7 @@ class RetryPolicy:
                 codes.STORAGE_UNAVAILABLE,
                 f"Redis did not answer {what} within {self.deadline_s:g} s. "
                 "Operator action: check that Redis is up and reachable from the sidecar; "
-                "the task can be retried, nothing was half-written.",
+                "asking again is safe (a task's next attempt too): nothing was half-written.",
             ) from None
 
     async def _run(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
@@ -177,7 +177,7 @@ class RetryPolicy:
                     codes.STORAGE_UNAVAILABLE,
                     f"Redis did not answer {what} within {self.deadline_s:g} s ({exc}). "
                     "Operator action: check that Redis is up and reachable from the sidecar; "
-                    "the task can be retried, nothing was half-written.",
+                    "asking again is safe (a task's next attempt too): nothing was half-written.",
                 ) from exc
             raise
         raise AssertionError("unreachable")  # pragma: no cover

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 import pytest
 
@@ -87,3 +88,24 @@ def test_every_option_of_every_command_says_what_it_does() -> None:
         if a.help is None and a.dest != "help"
     ]
     assert missing == [], f"options without help text: {missing}"
+
+
+def test_a_bad_socket_mode_says_what_a_mode_looks_like(capsys: pytest.CaptureFixture[str]) -> None:
+    from taskstate.sidecar.cli import _socket_mode
+
+    assert _socket_mode("0660") == 0o660 and _socket_mode("600") == 0o600
+    for bad in ("999", "0660x", "1000", "-1"):  # not octal, or past 0777
+        with pytest.raises(argparse.ArgumentTypeError, match="not an octal file mode"):
+            _socket_mode(bad)
+
+
+def test_a_rescale_that_loses_its_sidecar_says_how_to_finish_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TASKSTATE_TIMEOUT", "1")
+    sidecar = f"unix://{tmp_path}/none.sock"
+    assert main(["rescale", "ns/comp", "--to", "4", "--sidecar", sidecar]) == 1
+    err = capsys.readouterr().err
+    assert "run the same command again to finish it" in err, err
+    assert main(["ls", "--sidecar", sidecar]) == 1  # other commands have nothing to finish
+    assert "finish it" not in capsys.readouterr().err
