@@ -184,9 +184,16 @@ class RetryPolicy:
 
 
 def _retrying(what: str, attempt: int, exc: BaseException | None) -> None:
-    """Count and log a failed attempt of a Redis call that will be tried again."""
+    """Count and log a failed attempt of a Redis call that will be tried again.
+
+    A call's first failure is a warning, its later attempts are debug records (each call
+    retries for up to its deadline: a Redis outage made a warning every few hundred
+    milliseconds per waiting call); the metrics count every attempt.
+    """
     metrics.REDIS_RETRIES.labels(what).inc()
     metrics.REDIS_ERRORS.labels(what, type(exc).__name__).inc()
-    log.warning(
-        "redis call failed, retrying", extra={"op": what, "attempt": attempt, "error": repr(exc)}
+    log.log(
+        logging.WARNING if attempt == 1 else logging.DEBUG,
+        "redis call failed, retrying",
+        extra={"op": what, "attempt": attempt, "error": repr(exc)},
     )

@@ -211,3 +211,31 @@ def test_tls_reaches_every_topology(tmp_path: Path) -> None:
 def test_missing_tls_files_are_refused_at_start(tmp_path: Path) -> None:
     with pytest.raises(RedisUrlError, match="TLS CA file"):
         RedisSettings.build("rediss://h:1", tls=TlsFiles(ca=str(tmp_path / "nope")))
+
+
+def test_a_retried_call_warns_once_and_counts_every_attempt(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import asyncio
+    import logging
+
+    from taskstate.sidecar import metrics
+    from taskstate.sidecar.retry import RetryPolicy
+
+    failures = [rex.ConnectionError("reset")] * 3
+
+    async def call() -> str:
+        if failures:
+            raise failures.pop()
+        return "ok"
+
+    retries = metrics.REDIS_RETRIES.labels("unit-op")
+    before = retries._value.get()
+    with caplog.at_level(logging.DEBUG, logger="taskstate.sidecar.retry"):
+        policy = RetryPolicy(deadline_s=10, initial_s=0.001, max_sleep_s=0.001)
+        assert asyncio.run(policy.run("unit-op", call)) == "ok"
+    records = [r for r in caplog.records if r.getMessage() == "redis call failed, retrying"]
+    assert [(r.levelname, getattr(r, "attempt", None)) for r in records] == [
+        ("WARNING", 1), ("DEBUG", 2), ("DEBUG", 3)
+    ]  # fmt: skip
+    assert retries._value.get() - before == 3
