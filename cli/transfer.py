@@ -78,6 +78,16 @@ def _records(lines: Iterator[str], source: str) -> Iterator[tuple[int, dict[str,
         yield n, rec
 
 
+def _entry(rec: dict[str, Any], task: str | None, where: str) -> pb.Entry:
+    """An entry line of task `task` (the block it is in; None: before any task line)."""
+    if task is None or rec.get("task") != task:
+        raise UsageError(f"{where}: an entry of {rec.get('task')!r} outside its task's block")
+    key = rec.get("key")
+    if not isinstance(key, str):
+        raise UsageError(f"{where}: the entry has no string 'key'")
+    return pb.Entry(key=key, value=_entry_bytes(rec, where))
+
+
 def _entry_bytes(rec: dict[str, Any], where: str) -> bytes:
     """The stored form of an entry: its JSON, in an envelope with its expiry and version."""
     if "value" in rec:
@@ -97,16 +107,20 @@ def _preflight(source: str, a: argparse.Namespace, admin: AdminClient) -> None:
 
     Each task is imported on its own, so a task the sidecar refuses (it has state, or its
     component is split otherwise) would leave the tasks before it imported. This pass
-    reads the file's task lines and asks the sidecar what it holds for each, as its own
-    refusals would. Standard input is read once: its tasks are only checked as imported.
+    reads the whole file (a malformed line refuses it too) and asks the sidecar what it
+    holds for each task, as its own refusals would. Standard input is read once: its
+    tasks are only checked as they are imported.
     """
     counts: dict[tuple[str, str], int | None] = {}
     problems: list[str] = []
+    block: str | None = None  # the task whose entries follow
     with open(source, encoding="utf-8") as stream:
         for n, rec in _records(stream, source):
-            if rec["type"] != "task":
-                continue
             where = f"{source}:{n}"
+            if rec["type"] != "task":
+                _entry(rec, block, where)  # a bad line refuses the file before any write
+                continue
+            block = str(rec.get("task", ""))
             task = parse_task(str(rec.get("task", "")))
             count = _partitions_of(rec, a.partitions, where)
             fq = ids.fq_task_id(task.namespace, task.component, task.partition)
@@ -213,14 +227,8 @@ def cmd_import(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
                 }
                 epoch = 0
                 continue
-            if current is None or rec.get("task") != current["task"]:
-                raise UsageError(
-                    f"{where}: an entry of {rec.get('task')!r} outside its task's block"
-                )
-            key = rec.get("key")
-            if not isinstance(key, str):
-                raise UsageError(f"{where}: the entry has no string 'key'")
-            pending.append(pb.Entry(key=key, value=_entry_bytes(rec, where)))
+            pending.append(_entry(rec, None if current is None else current["task"], where))
+            assert current is not None  # noqa: S101 - _entry refuses an entry before a task
             current["_n"] += 1
             keys += 1
             if len(pending) >= IMPORT_CHUNK:
@@ -229,7 +237,7 @@ def cmd_import(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
             flush(True)
             imported += 1
             print(f"taskstate import: {current['task']}: {current['_n']} keys", file=sys.stderr)
-    except TaskStateError:
+    except (TaskStateError, UsageError):
         if imported:
             print(f"taskstate import: stopped part-way: the {imported} task(s) listed above "
                   "were imported; the one refused below and those after it in "

@@ -294,6 +294,15 @@ def test_an_import_that_would_stop_part_way_writes_nothing(
     assert f"task {namespace}/b/1 already has state (batch 4, 1 keys)" in r.stderr, r.stderr
     assert "Nothing was imported" in r.stderr and f"{namespace}/a/0" not in r.stderr
     assert snapshot(redis_server, namespace) == kept  # a/0 was imported before, b refused
+    # a malformed line in a later task's block refuses the file before a/0 is written, too
+    only_a = [x for x in dump.read_text().splitlines() if f"{namespace}/a/0" in x]
+    later = json.loads(only_a[0]) | {"task": f"{namespace}/z/0"}
+    bad = {"type": "entry", "task": f"{namespace}/z/0"}  # no key
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join([*only_a, json.dumps(later), json.dumps(bad)]))
+    r = cli("import", str(broken), sidecar=sidecar, check=2)
+    assert f"{broken}:{len(only_a) + 2}: the entry has no string 'key'" in r.stderr, r.stderr
+    assert snapshot(redis_server, namespace) == kept
     # standard input is read once: a refusal part-way says what was imported before it
     r = cli("import", "-", sidecar=sidecar, check=1, stdin=dump.read_text())
     assert f"{namespace}/a/0: 1 keys" in r.stderr

@@ -195,11 +195,11 @@ def test_a_token_touches_only_its_namespaces(
     assert TOKEN_A not in log and TOKEN_OPS not in log and "x" * 32 not in log
 
 
-def cli(side: SidecarProcess, token: Path, *args: str, check: int) -> Any:
+def cli(side: SidecarProcess, token: Path, *args: str, check: int, stdin: str = "") -> Any:
     r = subprocess.run(
         [sys.executable, "-m", "taskstate.cli.main", *args, "--sidecar", side.target,
          "--token-file", str(token)],
-        capture_output=True, text=True, timeout=120, check=False,
+        input=stdin, capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     assert r.returncode == check, (r.stdout, r.stderr)
     return r
@@ -228,7 +228,11 @@ def test_operator_commands_honour_tokens(
         assert f"namespace {ns_b!r}" in r.stderr and "job-a" in r.stderr, args
     dump = tmp_path / "b.jsonl"
     cli(side, ops, "export", ns_b, "--out", str(dump), check=0)
+    # a file is refused at its check, before anything is written, like the commands above
     r = cli(side, job_a, "import", str(dump), "--replace", check=1)
+    assert f"namespace {ns_b!r}" in r.stderr and "job-a" in r.stderr, r.stderr
+    # and the import itself refuses too (standard input is not checked before)
+    r = cli(side, job_a, "import", "-", "--replace", check=1, stdin=dump.read_text())
     assert "may not import into it" in r.stderr
     assert snapshot(redis_server, ns_b) == before_b
     # any valid token may run doctor (it fails here only because the fixture's Redis
