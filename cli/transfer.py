@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import argparse
 import base64
+import os
+import stat
 import sys
 from collections.abc import Iterator
 from typing import IO, Any
@@ -93,7 +95,10 @@ def _entry_bytes(rec: dict[str, Any], where: str) -> bytes:
     if "value" in rec:
         body = orjson.dumps(rec["value"])
     elif "value_b64" in rec:
-        return base64.b64decode(rec["value_b64"])
+        stored = base64.b64decode(rec["value_b64"])
+        if not stored:
+            raise UsageError(f"{where}: the entry's 'value_b64' is empty")
+        return stored
     else:
         raise UsageError(f"{where}: an entry needs 'value' or 'value_b64'")
     expires, version = rec.get("expires"), rec.get("version", 1)
@@ -111,7 +116,8 @@ def _preflight(source: str, a: argparse.Namespace, admin: AdminClient) -> None:
     holds for each task, as its own refusals would. Standard input is read once: its
     tasks are only checked as they are imported.
     """
-    counts: dict[tuple[str, str], int | None] = {}
+    counts: dict[str, int] = {}  # the first count the file gives each component
+    seen: set[str] = set()
     problems: list[str] = []
     block: str | None = None  # the task whose entries follow
     with open(source, encoding="utf-8") as stream:
@@ -121,11 +127,15 @@ def _preflight(source: str, a: argparse.Namespace, admin: AdminClient) -> None:
                 _entry(rec, block, where)  # a bad line refuses the file before any write
                 continue
             block = str(rec.get("task", ""))
-            task = parse_task(str(rec.get("task", "")))
+            task = parse_task(block)
             count = _partitions_of(rec, a.partitions, where)
             fq = ids.fq_task_id(task.namespace, task.component, task.partition)
             scope = f"{task.namespace}/{task.component}"
-            first = counts.setdefault((task.namespace, task.component), count)
+            if fq in seen:
+                problems.append(f"{where}: task {fq} is in the file twice")
+            seen.add(fq)
+            # a task without a count takes the component's, as the sidecar gives it
+            first = count if count is None else counts.setdefault(scope, count)
             if first != count:
                 problems.append(
                     f"{where}: task {fq}: the file splits {scope} into "
@@ -174,14 +184,14 @@ def cmd_import(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
     tasks were imported before it.
     """
     source = a.file
-    if source != "-":
-        _preflight(source, a, admin)
+    if source != "-" and stat.S_ISREG(os.stat(source).st_mode):
+        _preflight(source, a, admin)  # a pipe (<(zcat ...), /dev/stdin) is read once
     stream: IO[str] = sys.stdin if source == "-" else open(source, encoding="utf-8")
     imported = keys = 0
+    current: dict[str, Any] | None = None
+    epoch = 0  # the import's epoch once the current task's first chunk is written
     try:
-        current: dict[str, Any] | None = None
         pending: list[pb.Entry] = []
-        epoch = 0
 
         def flush(final: bool) -> None:
             nonlocal epoch, pending
@@ -213,7 +223,7 @@ def cmd_import(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
             if rec["type"] == "task":
                 if current is not None:
                     flush(True)
-                    imported += 1
+                    imported, epoch = imported + 1, 0  # done whole
                     print(
                         f"taskstate import: {current['task']}: {current['_n']} keys",
                         file=sys.stderr,
@@ -235,13 +245,17 @@ def cmd_import(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
                 flush(False)
         if current is not None:
             flush(True)
-            imported += 1
+            imported, epoch = imported + 1, 0
             print(f"taskstate import: {current['task']}: {current['_n']} keys", file=sys.stderr)
     except (TaskStateError, UsageError):
-        if imported:
+        if imported or epoch:
+            part = ""
+            if epoch and current is not None:  # a large task's first chunks are written
+                part = (f"; {current['task']} was written in part: import it again with "
+                        "--replace, or drop it")  # fmt: skip
             print(f"taskstate import: stopped part-way: the {imported} task(s) listed above "
-                  "were imported; the one refused below and those after it in "
-                  f"{source} were not", file=sys.stderr)  # fmt: skip
+                  f"were imported, those after them in {source} were not{part}",
+                  file=sys.stderr)  # fmt: skip
         raise
     finally:
         if stream is not sys.stdin:

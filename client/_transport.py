@@ -81,6 +81,11 @@ def _channel(
         return entry
 
 
+# how far past the retry deadline a call may wait for its sidecar (a retry's backoff,
+# up to 1 s, may start an attempt about that late anyway)
+_OVERSHOOT_S = 1.0
+
+
 def _connected(channel: Any) -> bool:
     """Whether `channel` is connected now (False when it cannot tell).
 
@@ -231,12 +236,13 @@ class GrpcTransport:
         """Wait at most `wait_s` for the channel to reach the sidecar.
 
         A call waits for an unreachable sidecar (`wait_for_ready`) as long as its own
-        deadline: where less of the retry deadline is left than that, the wait for the
-        sidecar is bounded by what is left, so that TASKSTATE_RETRY_DEADLINE bounds how
-        long a task waits for a sidecar that is not there.
+        deadline: where that would end more than a second after the retry deadline, the
+        wait for the sidecar is bounded by what is left of it, so that
+        TASKSTATE_RETRY_DEADLINE bounds how long a task waits for a sidecar that is not
+        there (within the second a retry's backoff may overshoot it anyway).
         """
-        if wait_s >= self.timeout_s:
-            return  # the call's own deadline ends within the retry deadline
+        if self.timeout_s - wait_s <= _OVERSHOOT_S:
+            return  # the defaults (30 s and 30 s): the call's own wait ends in time
         channel = _channel(self.target, self.max_message_bytes, self.security)[0]
         if _connected(channel):
             return

@@ -61,8 +61,8 @@ class Sidecar:
         self.storage: Backend = storage
         self._health_task: asyncio.Task[None] | None = None
         self._serving: bool | None = None
-        # whether Redis' persistence was checked (at start, or once it first answered)
-        self._persistence_checked = self.config.allow_volatile_redis
+        # tries left to check Redis' persistence (at start, or once it first answers)
+        self._persistence_tries = 0 if self.config.allow_volatile_redis else 3
         opts = [
             ("grpc.max_receive_message_length", config.max_message_bytes),
             ("grpc.max_send_message_length", config.max_message_bytes),
@@ -136,18 +136,20 @@ class Sidecar:
         """Log a warning for each way this Redis can lose state by itself (doctor's checks).
 
         Once, when Redis first answers: at start, or later when it was not up then (a
-        DaemonSet's sidecar often starts before its Redis).
+        DaemonSet's sidecar often starts before its Redis); a check that fails is tried
+        again at the next health checks, three times in all.
         """
-        if self._persistence_checked:
+        if self._persistence_tries <= 0:
             return
-        self._persistence_checked = True
+        self._persistence_tries -= 1
         try:
             report = await asyncio.wait_for(
                 self.storage.admin.doctor(Durability()), timeout=self._ping_timeout()
             )
         except Exception as exc:  # only a warning: never stop the sidecar for it
             log.info("could not check Redis persistence", extra={"error": repr(exc)})
-            return
+            return  # tried again at the next good health check, three times in all
+        self._persistence_tries = 0
         for c in report.checks:
             if c.name in (PERSISTENCE, EVICTION) and not c.ok:
                 log.warning(

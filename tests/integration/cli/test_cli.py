@@ -314,6 +314,49 @@ def test_an_import_that_would_stop_part_way_writes_nothing(
         assert s["n"] == 0
 
 
+def test_an_import_file_is_checked_as_the_sidecar_checks_it(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str, tmp_path: Path
+) -> None:
+    """What the whole-file check must not refuse, and what it cannot see (a review)."""
+    for part in range(2):
+        with ts(sidecar, namespace, 4, part=part, partitions=2) as s:
+            s.update({f"k{i}": i for i in range(6000)} if part == 0 else {"n": 1})
+    dump = tmp_path / "export.jsonl"
+    cli("export", namespace, "--out", str(dump), sidecar=sidecar)
+    lines = [json.loads(x) for x in dump.read_text().splitlines()]
+    cli("drop", namespace, "--yes", sidecar=sidecar)
+    # a task without a count beside one with it (a job that declared its count late):
+    # it takes the component's, as the sidecar gives it, so nothing is refused
+    late = {"type": "task", "task": f"{namespace}/c/1"}
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(
+        "".join(
+            json.dumps(x | {"partitions": None} if late.items() <= x.items() else x) + "\n"
+            for x in lines
+        )  # fmt: skip
+    )
+    assert "imported 2 task(s)" in cli("import", str(mixed), sidecar=sidecar).stdout
+    cli("drop", namespace, "--yes", sidecar=sidecar)
+    # a pipe is read once: the check is left out, the import reads it whole
+    r = cli("import", "/dev/stdin", sidecar=sidecar, stdin=dump.read_text())
+    assert "imported 2 task(s), 6001 key(s)" in r.stdout, (r.stdout, r.stderr)
+    cli("drop", namespace, "--yes", sidecar=sidecar)
+    empty = snapshot(redis_server, namespace)
+    # a task twice in a file is refused whole
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text(dump.read_text() + dump.read_text())
+    r = cli("import", str(twice), sidecar=sidecar, check=1)
+    assert f"task {namespace}/c/0 is in the file twice" in r.stderr
+    assert snapshot(redis_server, namespace) == empty
+    # from standard input, a bad line after a large task's first chunk: that task is
+    # written in part, and the message says so
+    head = [x for x in lines if x.get("task") == f"{namespace}/c/0"]
+    bad = {"type": "entry", "task": f"{namespace}/c/0"}
+    r = cli("import", "-", sidecar=sidecar, check=2,
+            stdin="".join(json.dumps(x) + "\n" for x in [*head, bad]))  # fmt: skip
+    assert f"{namespace}/c/0 was written in part: import it again with --replace" in r.stderr
+
+
 def test_imported_task_refuses_a_replay_of_its_batch_rather_than_count_twice(
     sidecar: SidecarProcess, namespace: str, tmp_path: Path
 ) -> None:

@@ -231,6 +231,8 @@ def test_operator_commands_honour_tokens(
     # a file is refused at its check, before anything is written, like the commands above
     r = cli(side, job_a, "import", str(dump), "--replace", check=1)
     assert f"namespace {ns_b!r}" in r.stderr and "job-a" in r.stderr, r.stderr
+    assert "cannot be imported whole" not in r.stderr  # the check's Describe was refused
+    assert "may not import into it" not in r.stderr  # before any Import was sent
     # and the import itself refuses too (standard input is not checked before)
     r = cli(side, job_a, "import", "-", "--replace", check=1, stdin=dump.read_text())
     assert "may not import into it" in r.stderr

@@ -298,14 +298,20 @@ def test_sidecar_errors_arrive_as_taskstate_errors(fake: FakeSidecar, namespace:
     assert "internal error in Open" in str(info.value)
 
 
-# a call's deadline shorter than the retry deadline (each call gives up, and is retried
-# until the retry deadline), or longer: the wait for the sidecar ends with the retry
-# deadline all the same (with 30 s, it took the 30 s of TASKSTATE_TIMEOUT before)
-@pytest.mark.parametrize("timeout", ["0.5", "30"])
+@pytest.mark.parametrize(
+    ("timeout", "says"),
+    [
+        # a call's deadline shorter than the retry deadline: each call gives up, and is
+        # retried until the retry deadline
+        ("0.5", "did not answer"),
+        # longer: the wait for the sidecar ends with the retry deadline all the same (it
+        # took the 30 s of TASKSTATE_TIMEOUT before)
+        ("30", "could not be reached within TASKSTATE_RETRY_DEADLINE (1 s)"),
+    ],
+)
 def test_unreachable_sidecar_is_a_clear_error_within_the_retry_deadline(
-    namespace: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, timeout: str
+    namespace: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch, timeout: str, says: str
 ) -> None:
-    says = "could not be reached within TASKSTATE_RETRY_DEADLINE (1 s)"
     monkeypatch.setenv("TASKSTATE_TIMEOUT", timeout)
     monkeypatch.setenv("TASKSTATE_RETRY_DEADLINE", "1")
     st = TaskState(
