@@ -21,7 +21,7 @@ from taskstate.client import (
     TaskStateError,
     _cache,
 )
-from taskstate.sidecar.storage.redis.keys import namespace_key
+from taskstate.sidecar.storage.redis.keys import meta_key, namespace_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 from ..conftest import snapshot
@@ -355,6 +355,23 @@ def test_an_import_file_is_checked_as_the_sidecar_checks_it(
     r = cli("import", "-", sidecar=sidecar, check=2,
             stdin="".join(json.dumps(x) + "\n" for x in [*head, bad]))  # fmt: skip
     assert f"{namespace}/c/0 was written in part: import it again with --replace" in r.stderr
+
+
+def test_an_import_onto_a_task_a_rescale_holds_is_refused_and_keeps_the_lock(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str, tmp_path: Path
+) -> None:
+    """import --replace deleted a held task's metadata, the rescale's lock with it (a
+    review); from standard input no check comes before the sidecar's own."""
+    with ts(sidecar, namespace, 4) as s:
+        s["n"] = 1
+    dump = tmp_path / "export.jsonl"
+    cli("export", namespace, "--out", str(dump), sidecar=sidecar)
+    meta = meta_key(namespace, "c", 0)
+    redis_server.client().hset(meta, "rescale", "r1:4")  # as an interrupted rescale leaves it
+    held = snapshot(redis_server, namespace)
+    r = cli("import", "-", "--replace", sidecar=sidecar, check=1, stdin=dump.read_text())
+    assert f"rescale {namespace}/c --to 4` is moving this component's keys" in r.stderr
+    assert snapshot(redis_server, namespace) == held  # the lock and the state kept
 
 
 def test_imported_task_refuses_a_replay_of_its_batch_rather_than_count_twice(

@@ -13,9 +13,16 @@
 -- An import writes no change log: a created task is a new generation (every cached
 -- copy restores in full), and an appended piece bumps ver without log_ver, so the next
 -- commit starts the log afresh (commit.lua).
--- Returns {epoch, size}. Errors: TSEXISTS, TSFENCED <epoch>. An error writes nothing.
+-- A task that a rescale (or a write of the data source) holds (meta 'rescale') is
+-- refused in every mode: a replace would delete the lock with the metadata.
+-- Returns {epoch, size}. Errors: TSEXISTS, TSFENCED <epoch>, TSRESCALING <lock>. An
+-- error writes nothing.
 local meta, data, undo, log, ttl, stash = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local mode = ARGV[1]
+local lock = redis.call('HGET', meta, 'rescale')
+if lock then
+  return redis.error_reply('TSRESCALING ' .. lock)
+end
 local epoch
 if mode == 'append' then
   local e = redis.call('HGET', meta, 'epoch')
