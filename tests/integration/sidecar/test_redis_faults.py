@@ -217,18 +217,19 @@ def test_wrong_password_over_a_unix_socket_is_a_clear_error_at_start(tmp_path: P
     # ConnectionError: the sidecar took it for Redis being down, said "ready" and served
     # NOT_SERVING, and every call failed with "check that Redis is up"
     redis = RedisServer(tmp_path / "redis").start()
+    side = SidecarProcess(
+        redis.url, tmp_path / "s.sock", extra=["--redis-password-file", str(tmp_path / "pw")]
+    )
     try:
         redis.client().execute_command("CONFIG", "SET", "requirepass", "right-pw")
         (tmp_path / "pw").write_text("wrong-pw-123\n")
-        side = SidecarProcess(
-            redis.url, tmp_path / "s.sock", extra=["--redis-password-file", str(tmp_path / "pw")]
-        )
         with pytest.raises(RuntimeError, match="did not start") as info:
             side.start(timeout=20)
         text = str(info.value)  # the sidecar's own words, from its log
         assert "refused the sidecar" in text and "AuthenticationError" in text, text
         assert "wrong-pw-123" not in text and "wrong-pw-123" not in side.log_path.read_text()
     finally:
+        side.kill()  # if it started after all (the failure this test is for), it must go
         redis.kill()
 
 
