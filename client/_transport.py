@@ -141,6 +141,12 @@ def translate(exc: grpc.RpcError, task: str | None, target: str) -> TaskStateErr
 
 _STATUS = {s.value[0]: s for s in grpc.StatusCode}
 
+# what an operator does about a sidecar that does not answer (every such error says it)
+_CHECK_THE_SIDECAR = (
+    "Operator action: check that the sidecar runs beside this executor (`taskstate sidecar "
+    "...` or the executor plugin) and that TASKSTATE_SIDECAR points at it."
+)
+
 
 def translate_frame(exc: FrameStatusError, task: str | None, target: str) -> TaskStateError:
     """`translate` for an error the sidecar answered on the frame lane."""
@@ -178,9 +184,7 @@ def translate_status(
     ):
         return SidecarUnavailableError(
             f"{where}the sidecar at {target} did not answer ({code.name}: {details}). "
-            "Operator action: check that the sidecar runs beside this executor "
-            "(`taskstate sidecar ...` or the executor plugin) and that TASKSTATE_SIDECAR "
-            "points at it.",
+            + _CHECK_THE_SIDECAR,
             task,
         )
     if code == grpc.StatusCode.UNIMPLEMENTED:
@@ -254,9 +258,8 @@ class GrpcTransport:
             raise _RetryableError(
                 SidecarUnavailableError(
                     f"{where}the sidecar at {self.target} could not be reached within "
-                    f"TASKSTATE_RETRY_DEADLINE ({self.retry_deadline_s:g} s). Operator action: "
-                    "check that the sidecar runs beside this executor (`taskstate sidecar "
-                    "...` or the executor plugin) and that TASKSTATE_SIDECAR points at it.",
+                    f"TASKSTATE_RETRY_DEADLINE ({self.retry_deadline_s:g} s). "
+                    + _CHECK_THE_SIDECAR,
                     task,
                 )
             ) from None

@@ -30,6 +30,12 @@ from . import metrics
 from .errors import SidecarError
 
 T = TypeVar("T")
+
+# what an operator does about a Redis that does not answer (both such errors say it)
+_CHECK_REDIS = (
+    "Operator action: check that Redis is up and reachable from the sidecar; asking again "
+    "is safe (a task's next attempt too): nothing was half-written."
+)
 log = logging.getLogger("taskstate.sidecar.retry")
 
 # Reply prefixes Redis uses while it is loading, resharding or failing over (for error
@@ -114,9 +120,7 @@ class RetryPolicy:
         except TimeoutError:
             raise SidecarError(
                 codes.STORAGE_UNAVAILABLE,
-                f"Redis did not answer {what} within {self.deadline_s:g} s. "
-                "Operator action: check that Redis is up and reachable from the sidecar; "
-                "asking again is safe (a task's next attempt too): nothing was half-written.",
+                f"Redis did not answer {what} within {self.deadline_s:g} s. " + _CHECK_REDIS,
             ) from None
 
     async def _run(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
@@ -176,8 +180,7 @@ class RetryPolicy:
                 raise SidecarError(
                     codes.STORAGE_UNAVAILABLE,
                     f"Redis did not answer {what} within {self.deadline_s:g} s ({exc}). "
-                    "Operator action: check that Redis is up and reachable from the sidecar; "
-                    "asking again is safe (a task's next attempt too): nothing was half-written.",
+                    + _CHECK_REDIS,
                 ) from exc
             raise
         raise AssertionError("unreachable")  # pragma: no cover
