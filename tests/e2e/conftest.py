@@ -17,6 +17,8 @@ import pytest
 from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess, find_redis_server
 
+from .jvm_archive import share_spark_classes
+
 pytestmark = pytest.mark.e2e
 
 JAR_IN_WHEEL = "taskstate/spark_plugin/taskstate-plugin.jar"
@@ -28,7 +30,9 @@ JAR_IN_WHEEL = "taskstate/spark_plugin/taskstate-plugin.jar"
 # cost such a JVM more than they give back. C1 alone and the serial collector, against C1
 # in the drivers only (what bin/test set before): one API's fault runs in
 # test_streaming_apis.py 104 s -> 88 s and 95 s -> 91 s; against neither, 109 s -> 88 s.
-# What Spark does is the same; speed is measured in benchmarks/, never here.
+# What Spark does is the same; speed is measured in benchmarks/, never here. Once Java
+# is known to be there, spark_ready adds a class-data archive of Spark's classes to these
+# options (jvm_archive.py): a JVM maps them where it would load them one by one.
 # TASKSTATE_TEST_JVM_OPTIONS replaces these options ("" for the JVMs' defaults): needed
 # when one's own Java options name a collector (two collectors stop a JVM at its start).
 JVM_OPTIONS = os.environ.get(
@@ -44,7 +48,7 @@ def _require(what: str, hint: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def spark_ready() -> None:
+def spark_ready(tmp_path_factory: pytest.TempPathFactory) -> None:
     try:
         import pandas  # noqa: F401
         import pyarrow  # noqa: F401
@@ -53,6 +57,10 @@ def spark_ready() -> None:
         _require(str(exc.name), "pip install 'taskstate[spark]' (pyspark, pandas, pyarrow)")
     if shutil.which("java") is None:
         _require("java", "install a Java 17 runtime (Debian: apt-get install openjdk-17-jre)")
+    sharing = share_spark_classes(JVM_OPTIONS, tmp_path_factory.getbasetemp())
+    if sharing and sharing not in os.environ.get("JDK_JAVA_OPTIONS", ""):
+        before = os.environ.get("JDK_JAVA_OPTIONS", "")
+        os.environ["JDK_JAVA_OPTIONS"] = f"{before} {sharing}".strip()
 
 
 @pytest.fixture(scope="module")
