@@ -57,7 +57,7 @@ def spark_ready(tmp_path_factory: pytest.TempPathFactory) -> None:
         _require(str(exc.name), "pip install 'taskstate[spark]' (pyspark, pandas, pyarrow)")
     if shutil.which("java") is None:
         _require("java", "install a Java 17 runtime (Debian: apt-get install openjdk-17-jre)")
-    sharing = share_spark_classes(JVM_OPTIONS, tmp_path_factory.getbasetemp())
+    sharing = share_spark_classes(tmp_path_factory.getbasetemp())
     if sharing and sharing not in os.environ.get("JDK_JAVA_OPTIONS", ""):
         before = os.environ.get("JDK_JAVA_OPTIONS", "")
         os.environ["JDK_JAVA_OPTIONS"] = f"{before} {sharing}".strip()

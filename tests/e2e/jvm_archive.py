@@ -48,11 +48,13 @@ def _fingerprint(jvm_options: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def share_spark_classes(jvm_options: str, scratch: Path) -> str:
+def share_spark_classes(scratch: Path) -> str:
     """The Java options that map the archive (made first when there is none), or "".
 
-    `scratch` holds the archive when the venv's folder cannot.
+    The archive is made, and named, with the JVM options the tier's JVMs get
+    (JDK_JAVA_OPTIONS). `scratch` holds it when the venv's folder cannot.
     """
+    jvm_options = os.environ.get("JDK_JAVA_OPTIONS", "").strip()
     wanted = os.environ.get(ENV, "").strip()
     if wanted == OFF:
         return ""
