@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import cast
 
@@ -41,38 +40,13 @@ def _demo(args: list[str]) -> subprocess.Popen[str]:
     )
 
 
-@pytest.fixture(scope="module")
-def full_runs(
-    spark_ready: None, redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, tuple[subprocess.Popen[str], str, Path]]:
-    """The two full demo runs the tests below read, started at once: each has its own
-    queries, sidecar and output, and they share the machine's idle time (JVM starts, the
-    waits between batches). Each run's process, its output and its --out folder."""
-    plain, expiring = tmp_path_factory.mktemp("demo"), tmp_path_factory.mktemp("demo-ttl")
-    # the first on "the user's" Redis: the demo says at the end which namespaces it left there
-    runs = {
-        "plain": (plain, ["--redis-url", redis_server.url]),
-        "expire-after": (expiring, ["--expire-after", "3"]),
-    }
-    procs = {
-        name: (_demo([*SMALL, "--faults", "all", "--out", str(out), *extra]), out)
-        for name, (out, extra) in runs.items()
-    }
-    try:
-        with ThreadPoolExecutor(len(procs)) as pool:  # each pipe read as it fills
-            outs = {name: pool.submit(p.communicate, timeout=900) for name, (p, _) in procs.items()}
-            return {name: (p, outs[name].result()[0], d) for name, (p, d) in procs.items()}
-    finally:
-        for p, _ in procs.values():
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-
-
 def test_demo_summary_and_chart(
-    full_runs: dict[str, tuple[subprocess.Popen[str], str, Path]], redis_server: RedisServer
+    spark_ready: None, tmp_path: Path, redis_server: RedisServer
 ) -> None:
-    proc, out, tmp_path = full_runs["plain"]
+    # on "the user's" Redis: the demo says at the end which namespaces it left there
+    proc = _demo([*SMALL, "--faults", "all", "--out", str(tmp_path),
+                  "--redis-url", redis_server.url])  # fmt: skip
+    out, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, out[-4000:]
     left = out.split("the state stays in", 1)[1]
     names = re.findall(r"demo-[0-9a-f]{8}-(?:golden|taskstate)", left.split(". Remove", 1)[0])
@@ -121,11 +95,10 @@ def test_demo_summary_and_chart(
             assert len(panel.getcolors(maxcolors=1 << 16) or []) > 20
 
 
-def test_demo_expire_after_stays_identical_and_bounded(
-    full_runs: dict[str, tuple[subprocess.Popen[str], str, Path]],
-) -> None:
+def test_demo_expire_after_stays_identical_and_bounded(spark_ready: None, tmp_path: Path) -> None:
     """--expire-after 3: TaskState's event-time ttl under every fault."""
-    proc, out, tmp_path = full_runs["expire-after"]
+    proc = _demo([*SMALL, "--faults", "all", "--expire-after", "3", "--out", str(tmp_path)])
+    out, _ = proc.communicate(timeout=900)
     assert proc.returncode == 0, out[-4000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     runs = {r["name"]: r for r in summary["runs"]}
