@@ -4,9 +4,10 @@ Most of a short Spark JVM's life here is spent loading and linking Spark's class
 SparkSession with one mapInPandas job took 16.5-18.9 s on this kind of machine, and
 9.2-10.0 s with the classes mapped from an archive (Java 17's dynamic AppCDS,
 `-XX:ArchiveClassesAtExit`, then `-XX:SharedArchiveFile`). The archive is made once by
-running `python -m tests.e2e.jvm_archive OUT` (a small batch job and a small streaming
-query, with the tier's JVM options), and kept beside the venv's pyspark: its name holds a
-digest of the JVM, the options and Spark's jars, so a new venv or JDK makes a new one.
+running `python -m tests.e2e.jvm_archive` (a small batch job and a small streaming
+query) with the tier's JVM options and `-XX:ArchiveClassesAtExit`, and kept in the venv
+(share/taskstate-tests): its name holds a digest of the JVM, the options and Spark's
+jars, so a new venv, JDK or set of options makes a new one, which replaces the old.
 
 What Spark does is the same with it or without it: a JVM whose class path differs from
 the archive's (the launcher, a job with an extra class path) just loads its classes as
@@ -68,6 +69,9 @@ def share_spark_classes(scratch: Path) -> str:
             home = scratch
         archive = home / f"spark-classes-{_fingerprint(jvm_options)}.jsa"
     if not archive.exists():
+        if not wanted:  # made for other options, jars or JDK: 170 MB each, never used again
+            for stale in archive.parent.glob("spark-classes-*.jsa"):
+                stale.unlink(missing_ok=True)
         problem = _make(archive, jvm_options)
         if problem:
             warnings.warn(
@@ -92,7 +96,7 @@ def _make(archive: Path, jvm_options: str) -> str:
     root = Path(__file__).resolve().parents[2]
     try:
         r = subprocess.run(
-            [sys.executable, "-m", "tests.e2e.jvm_archive", str(part)],
+            [sys.executable, "-m", "tests.e2e.jvm_archive"],
             cwd=root, env=env, capture_output=True, text=True, timeout=300, check=False,
         )  # fmt: skip
     except subprocess.TimeoutExpired:
