@@ -38,9 +38,16 @@ JAR_IN_WHEEL = "taskstate/spark_plugin/taskstate-plugin.jar"
 JVM_OPTIONS = os.environ.get(
     "TASKSTATE_TEST_JVM_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 ).strip()
-_BEFORE = os.environ.get("JDK_JAVA_OPTIONS", "")
-if JVM_OPTIONS and JVM_OPTIONS not in _BEFORE:
-    os.environ["JDK_JAVA_OPTIONS"] = f"{_BEFORE} {JVM_OPTIONS}".strip()
+
+
+def _add_java_options(options: str) -> None:
+    """Give every JVM started from here on `options` too (once, after any already set)."""
+    before = os.environ.get("JDK_JAVA_OPTIONS", "")
+    if options and options not in before:
+        os.environ["JDK_JAVA_OPTIONS"] = f"{before} {options}".strip()
+
+
+_add_java_options(JVM_OPTIONS)
 
 
 def _require(what: str, hint: str) -> None:
@@ -57,10 +64,7 @@ def spark_ready(tmp_path_factory: pytest.TempPathFactory) -> None:
         _require(str(exc.name), "pip install 'taskstate[spark]' (pyspark, pandas, pyarrow)")
     if shutil.which("java") is None:
         _require("java", "install a Java 17 runtime (Debian: apt-get install openjdk-17-jre)")
-    sharing = share_spark_classes(tmp_path_factory.getbasetemp())
-    if sharing and sharing not in os.environ.get("JDK_JAVA_OPTIONS", ""):
-        before = os.environ.get("JDK_JAVA_OPTIONS", "")
-        os.environ["JDK_JAVA_OPTIONS"] = f"{before} {sharing}".strip()
+    _add_java_options(share_spark_classes(tmp_path_factory.getbasetemp()))
 
 
 @pytest.fixture(scope="module")
