@@ -23,6 +23,7 @@ from importlib import metadata
 from pathlib import Path
 
 ENV_NAME = "taskstate-env.tar.gz"
+GZIP_LEVEL = 6
 # what the executors import besides taskstate's own dependencies (pandas UDFs)
 EXECUTOR_EXTRAS = ("pandas", "pyarrow")
 # what the cluster's Spark provides, and build-time tools
@@ -106,7 +107,7 @@ def pack_env(
 ) -> tuple[Path, list[str]]:
     """Write DIR/taskstate-env.tar.gz; return it and the distributions it holds.
 
-    `on_progress` hears what is being packed (it takes about 40 s): the total first,
+    `on_progress` hears what is being packed (it takes about 20 s): the total first,
     then each tenth of it.
     """
     say = on_progress or (lambda text: None)
@@ -121,7 +122,8 @@ def pack_env(
     site = f"lib/{pyver}/site-packages"
     out = out_dir / ENV_NAME
     tmp = out.with_suffix(".part")
-    with tarfile.open(tmp, "w:gz") as tar:
+    # gzip's level 6 rather than tarfile's 9: 17 s against 48 s here, for 89 MiB against 88
+    with tarfile.open(tmp, "w:gz", compresslevel=GZIP_LEVEL) as tar:
         cfg = (
             f"home = {base.parent}\ninclude-system-site-packages = false\n"
             f"version = {sys.version_info.major}.{sys.version_info.minor}."
