@@ -10,6 +10,8 @@ Open, Commit and Restore carry the token as text; this module is its one spellin
 
 from __future__ import annotations
 
+import itertools
+import os
 from dataclasses import dataclass
 
 
@@ -47,3 +49,28 @@ def same_generation(a: str, b: str) -> bool:
     """Whether two version tokens are of one (non-empty) generation."""
     va, vb = Version.parse(a), Version.parse(b)
     return va is not None and vb is not None and va.gen == vb.gen
+
+
+class _Generations:
+    """New generation ids: 32 hex digits, a random half per process and a counter.
+
+    As unique as uuid4's (64 random bits per process, and a process never repeats its
+    counter), without a getrandom(2) per Open: every Open hands the scripts a generation
+    to start the task with, should it have none (docs/benchmarks.md, figure 19). A
+    forked child draws its own random half.
+    """
+
+    def __init__(self) -> None:
+        self._fresh()
+        os.register_at_fork(after_in_child=self._fresh)
+
+    def _fresh(self) -> None:
+        self._prefix = os.urandom(8).hex()
+        self._counter = itertools.count()
+
+    def __call__(self) -> str:
+        return f"{self._prefix}{next(self._counter):016x}"
+
+
+new_generation = _Generations()
+"""A new generation id (`new_generation()`), for a task's state that starts afresh."""

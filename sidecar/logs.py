@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
@@ -12,10 +13,36 @@ import orjson
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message"}
 
-# Fields of the request being served (task, batch, epoch): every record logged while
-# serving it carries them, retries and Redis errors included. grpc.aio serves each call in
-# its own asyncio task, so each call sees its own value.
-REQUEST: ContextVar[dict[str, Any] | None] = ContextVar("taskstate_request", default=None)
+
+class RequestFields:
+    """The fields of the request being served (task, batch, epoch), for its log records.
+
+    Worked out from the request when a record is first logged (most calls log nothing
+    at info level, and the hot path should not pay for a dict it never shows).
+    """
+
+    __slots__ = ("_describe", "_fields", "_more", "_request")
+
+    def __init__(self, describe: Callable[[Any], dict[str, Any]], request: Any) -> None:
+        self._describe, self._request = describe, request
+        self._fields: dict[str, Any] | None = None
+        self._more: dict[str, Any] = {}
+
+    def add(self, **more: Any) -> None:
+        """Fields learnt while serving (an Open's epoch)."""
+        self._more.update(more)
+
+    def fields(self) -> dict[str, Any]:
+        """Every field, the request's first."""
+        if self._fields is None:
+            self._fields = self._describe(self._request)
+        return {**self._fields, **self._more}
+
+
+# The request being served: every record logged while serving it carries its fields,
+# retries and Redis errors included. grpc.aio serves each call in its own asyncio task
+# (the frame lane too), so each call sees its own value.
+REQUEST: ContextVar[RequestFields | None] = ContextVar("taskstate_request", default=None)
 
 
 class JsonFormatter(logging.Formatter):
@@ -31,8 +58,8 @@ class JsonFormatter(logging.Formatter):
             "msg": record.getMessage(),
         }
         context = REQUEST.get()
-        if context:
-            out.update(context)
+        if context is not None:
+            out.update(context.fields())
         for k, v in record.__dict__.items():
             if k not in _STANDARD and not k.startswith("_"):
                 out[k] = v

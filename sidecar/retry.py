@@ -8,7 +8,6 @@ back), so a connection lost after Redis applied a script is safe to repeat.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import ssl
 from collections.abc import Awaitable, Callable
@@ -27,6 +26,7 @@ from tenacity import (
 from taskstate.proto import codes
 
 from . import metrics
+from .deadline import Deadline
 from .errors import SidecarError
 
 T = TypeVar("T")
@@ -115,7 +115,7 @@ class RetryPolicy:
         keeps its connections open and never answers).
         """
         try:
-            async with asyncio.timeout(self.deadline_s):
+            with Deadline(self.deadline_s):
                 return await self._run(what, fn)
         except TimeoutError:
             raise SidecarError(

@@ -20,6 +20,7 @@ import grpc
 from taskstate.proto import codes, frames
 
 from .. import metrics
+from ..deadline import Deadline
 from .service import StreamCall, UnaryCall
 
 
@@ -154,7 +155,7 @@ class FrameLane:
             )
         ctx = FrameContext(body[head : head + tlen])
         try:
-            async with asyncio.timeout(deadline_ms / 1000):
+            with Deadline(deadline_ms / 1000):
                 reply: Any = await call.handle(call.parse(body[head + tlen :]), ctx)
         except _AbortedError as exc:
             return _error(exc.status, exc.code, exc.details)
@@ -180,7 +181,7 @@ class FrameLane:
         answers = call.handle(call.parse(body[head + tlen :]), ctx)
         ended = False
         try:
-            async with asyncio.timeout(deadline_ms / 1000 if deadline_ms else None):
+            with Deadline(deadline_ms / 1000 if deadline_ms else None):
                 async for reply in answers:
                     if ended:  # a message past the last (a bug): never sent, the stream ends
                         break

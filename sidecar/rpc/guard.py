@@ -14,9 +14,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
+from types import TracebackType
 from typing import Any, NoReturn, TypeVar
 
 from grpc import aio
@@ -27,7 +27,7 @@ from .. import metrics
 from ..auth import Authorizer, Grant
 from ..config import limit_error
 from ..errors import SidecarError
-from ..logs import REQUEST
+from ..logs import REQUEST, RequestFields
 
 log = logging.getLogger("taskstate.sidecar")
 T = TypeVar("T")
@@ -106,38 +106,44 @@ def _naming_task(exc: SidecarError, request: Any) -> SidecarError:
 
 
 @functools.cache
-def _in_flight(method: str) -> Any:
-    """The in-flight gauge's child of `method` (prometheus' labels() takes a lock)."""
-    return metrics.IN_FLIGHT.labels(method)
-
-
-@functools.cache
 def _answered(method: str, code: str) -> Any:
     """The requests counter's child of `method` and outcome `code`."""
     return metrics.REQUESTS.labels(method, code)
 
 
-@contextmanager
-def observed(method: str, request: Any) -> Iterator[list[str]]:
+class observed:  # noqa: N801 - used as a function: `with observed(method, request) as outcome`
     """Count the call (in flight, then by outcome) and tag its log records.
 
-    The caller puts the outcome's code in the yielded list; nothing there means "ok".
+    The caller puts the outcome's code in the list `with` gives; nothing there means "ok";
+    an exception leaving the block with nothing there counts as INTERNAL. (A class, not a
+    generator: every call of the hot path goes through it.)
     """
-    token = REQUEST.set(_request_fields(request))
-    gauge = _in_flight(method)
-    gauge.inc()
-    outcome: list[str] = []
-    try:
-        yield outcome
-    except BaseException:
-        if not outcome:
+
+    __slots__ = ("_method", "_request", "_token", "outcome")
+
+    def __init__(self, method: str, request: Any) -> None:
+        self._method, self._request = method, request
+        self.outcome: list[str] = []
+
+    def __enter__(self) -> list[str]:
+        self._token = REQUEST.set(RequestFields(_request_fields, self._request))
+        counts = metrics.IN_FLIGHT.counts
+        counts[self._method] = counts.get(self._method, 0) + 1
+        return self.outcome
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        outcome = self.outcome
+        if exc_type is not None and not outcome:
             outcome.append(codes.INTERNAL)
-        raise
-    finally:
-        gauge.dec()
-        _answered(method, outcome[0] if outcome else "ok").inc()
+        metrics.IN_FLIGHT.counts[self._method] -= 1
+        _answered(self._method, outcome[0] if outcome else "ok").inc()
         try:
-            REQUEST.reset(token)
+            REQUEST.reset(self._token)
         except ValueError:  # a stream closed from another context: that context ends anyway
             pass
 
@@ -167,9 +173,11 @@ class Guard:
         self.auth = auth  # None: no tokens (the socket's permissions are the gate)
         self._in_flight = 0
 
-    @contextmanager
-    def _slot(self, what: str) -> Iterator[None]:
-        """Hold one of --max-in-flight request slots; refuse (LIMIT) when none is free."""
+    def _take_slot(self, what: str) -> None:
+        """Take one of --max-in-flight request slots; refuse (LIMIT) when none is free.
+
+        The caller gives it back (`self._in_flight -= 1`) when the call ends.
+        """
         if self._in_flight >= self.max_in_flight:
             raise limit_error(
                 f"{what}: the sidecar is serving {self._in_flight} requests, its limit "
@@ -177,10 +185,6 @@ class Guard:
                 "steady, run more sidecars or raise --max-in-flight."
             )
         self._in_flight += 1
-        try:
-            yield
-        finally:
-            self._in_flight -= 1
 
     def _authorize(self, context: Context, what: str, request: Any) -> None:
         """With tokens on: the caller's grant, refused unless it covers the namespace."""
@@ -196,9 +200,12 @@ class Guard:
         """Serve one unary call: counted, within the limits, authorized, errors mapped."""
         with observed(what, request) as outcome:
             try:
-                with self._slot(what):
+                self._take_slot(what)
+                try:
                     self._authorize(context, what, request)
                     return await fn(request)
+                finally:
+                    self._in_flight -= 1
             except Exception as exc:
                 await self._refuse(context, what, request, outcome, exc)
 
@@ -212,10 +219,13 @@ class Guard:
         """
         with observed(what, request) as outcome:
             try:
-                with self._slot(what):
+                self._take_slot(what)
+                try:
                     self._authorize(context, what, request)
                     async for item in fn(request):
                         yield item
+                finally:
+                    self._in_flight -= 1
             except (GeneratorExit, asyncio.CancelledError):
                 outcome.append(CANCELLED)
                 raise

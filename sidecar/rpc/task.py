@@ -70,7 +70,9 @@ class TaskRpcs:
         self, request: pb.OpenRequest, task: TaskKey, batch: int | None, r: OpenResult
     ) -> pb.OpenResponse:
         """An Open's answer, after the sweeper, the flush barrier and the log heard of it."""
-        REQUEST.set({**(REQUEST.get() or {}), "epoch": r.epoch})
+        fields = REQUEST.get()
+        if fields is not None:  # the records logged from here on carry the epoch
+            fields.add(epoch=r.epoch)
         self.served(task)
         self.opened(task, batch, request.attempt_id)
         log.log(

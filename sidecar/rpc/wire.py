@@ -6,6 +6,7 @@ LIMIT) naming the task and the field.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import msgpack
@@ -30,14 +31,20 @@ def bad(message: str) -> SidecarError:
 
 def task_key(t: pb.TaskId) -> TaskKey:
     """Validate a wire task id (the grammar of taskstate.proto.ids)."""
+    return _valid_task(t.namespace, t.component, t.partition)
+
+
+@functools.lru_cache(maxsize=8192)
+def _valid_task(namespace: str, component: str, partition: int) -> TaskKey:
+    """The TaskKey of a valid id (remembered: a task's every call names it again)."""
     for problem in (
-        ids.name_problem("namespace", t.namespace),
-        ids.name_problem("component", t.component),
-        ids.partition_problem(t.partition),
+        ids.name_problem("namespace", namespace),
+        ids.name_problem("component", component),
+        ids.partition_problem(partition),
     ):
         if problem:
-            raise bad(f"invalid task id: {problem}")
-    return TaskKey(t.namespace, t.component, t.partition)
+            raise bad(f"invalid task id: {problem}")  # never remembered: raised each time
+    return TaskKey(namespace, component, partition)
 
 
 def scope(namespace: str, component: str) -> tuple[str, str | None]:

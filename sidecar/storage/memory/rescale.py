@@ -7,13 +7,13 @@ phases collapse into one pass that either changes nothing (a refusal) or everyth
 from __future__ import annotations
 
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from taskstate.proto import codes
 from taskstate.proto.ids import fq_task_id
+from taskstate.proto.versions import new_generation
 
 from ... import errors
 from ...errors import SidecarError
@@ -95,7 +95,7 @@ async def rescale(
             for key, before in _rollback_fields(t).items():
                 undo[partition_of(key, to, key_type)][key] = before
         yield RescaleProgress("copy", i + 1, len(olds))
-    gen = uuid.uuid4().hex
+    gen = new_generation()
     codec = next((t.codec for t in olds.values() if t.codec), "json")
     for k in sources:
         del store.tasks[k]

@@ -12,6 +12,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from taskstate.proto.versions import new_generation
+
 from ... import errors
 from ...placement import partitions_of
 from ...spark_hash import KEY_TYPES
@@ -108,7 +110,7 @@ class MemorySeeder:
                         raise errors.seed_duplicate(namespace, component, k)
                     merged[t][k] = v
         del self.state.seeds[(namespace, component)]
-        gen, now = uuid.uuid4().hex, time.time()
+        gen, now = new_generation(), time.time()
         for p in seed.existing:
             if p >= seed.spec.to:
                 del self.state.tasks[TaskKey(namespace, component, p)]

@@ -7,12 +7,11 @@ written with a time to live carries it in its envelope (taskstate/proto/envelope
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass, field
 
 from taskstate.proto import envelope
 from taskstate.proto.ids import split_attempt
-from taskstate.proto.versions import token
+from taskstate.proto.versions import new_generation, token
 
 from ..values import LOG_FRACTION, LOG_MIN
 
@@ -32,7 +31,7 @@ class _Task:
     epoch: int = 0
     batch: int = -1
     position: bytes | None = None
-    gen: str = field(default_factory=lambda: uuid.uuid4().hex)
+    gen: str = field(default_factory=new_generation)
     ver: int = 0
     codec: str = ""
     undo: dict[str, bytes | None] = field(default_factory=dict)

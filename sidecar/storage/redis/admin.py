@@ -7,7 +7,6 @@ admin RPCs. The rescale is a room of its own (rescale.py), reached through `resc
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import AsyncIterator, Sequence
 from itertools import chain
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import redis.exceptions as rex
 
 from taskstate.proto.durability import Durability
+from taskstate.proto.versions import new_generation
 
 from ... import errors
 from ..values import (
@@ -156,7 +156,7 @@ class RedisAdmin:
             batch=str(committed_batch),
             position=b"" if position is None else b"+" + position,
             codec=codec,
-            new_gen=uuid.uuid4().hex,
+            new_gen=new_generation(),
             now=f"{time.time():.3f}",
             partitions="" if partitions is None else str(partitions),
         )

@@ -39,6 +39,7 @@ class DirectLine:
         self.pool = pool
         self._conn: Any = None
         self._writer: asyncio.StreamWriter | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the connection's, while held
         self._waiting: deque[asyncio.Future[Any]] = deque()
         self._replies: _Replies | None = None  # the connection's reader while it is held
         self._connecting = asyncio.Lock()  # binds no loop before its first use (3.10+)
@@ -47,10 +48,11 @@ class DirectLine:
 
     async def call(self, pieces: list[bytes]) -> Any:
         """Send one packed command; its reply (a Redis error reply raised as redis-py's)."""
-        writer = self._writer
-        if writer is None:
-            writer = await self._connect()
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        writer, loop = self._writer, self._loop
+        if writer is None or loop is None:
+            writer, loop = await self._connect()
+        # the connection's loop: asyncio.get_running_loop asks for the pid on 3.11
+        future: asyncio.Future[Any] = loop.create_future()
         waiting = self._waiting
         waiting.append(future)
         if len(pieces) == 1:
@@ -65,10 +67,10 @@ class DirectLine:
                 self._drop(rex.ConnectionError("a command was abandoned while Redis had it"))
             raise
 
-    async def _connect(self) -> asyncio.StreamWriter:
+    async def _connect(self) -> tuple[asyncio.StreamWriter, asyncio.AbstractEventLoop]:
         async with self._connecting:
-            if self._writer is not None:
-                return self._writer
+            if self._writer is not None and self._loop is not None:
+                return self._writer, self._loop
             if self._closed:
                 raise rex.ConnectionError("the sidecar is stopping")
             conn = await self.pool.get_connection()
@@ -93,7 +95,8 @@ class DirectLine:
                 raise rex.InvalidResponse("Redis sent a reply nobody asked for")
             self._replies = _Replies(self, transport)
             self._conn, self._writer = conn, writer
-            return writer
+            self._loop = loop = asyncio.get_running_loop()
+            return writer, loop
 
     def _drop(self, error: Exception) -> None:
         """Forget the connection (closed in the background): each caller waiting gets `error`."""
@@ -104,7 +107,7 @@ class DirectLine:
             task.add_done_callback(self._closing.discard)
 
     def _forget(self, error: Exception) -> Any:
-        conn, self._conn, self._writer = self._conn, None, None
+        conn, self._conn, self._writer, self._loop = self._conn, None, None, None
         self._replies = None  # a reply still arriving on it is nobody's now
         waiting, self._waiting = self._waiting, deque()
         for future in waiting:

@@ -37,6 +37,7 @@ import redis.exceptions as rex
 
 from taskstate.proto import codes
 from taskstate.proto.ids import fq_task_id
+from taskstate.proto.versions import new_generation
 
 from ... import errors
 from ...errors import SidecarError
@@ -151,7 +152,7 @@ class Rescaler:
             plan.phase = "commit"
             await self._save(namespace, component, plan)
         if plan.phase == "commit":
-            gen = uuid.uuid4().hex
+            gen = new_generation()
             for t in range(to):
                 task = TaskKey(namespace, component, t)
                 keys = (*task_keys(task), *_staging(task), edits_key(task), *ttl_keys(task))

@@ -40,6 +40,7 @@ from typing import Any
 import redis.exceptions as rex
 
 from taskstate.proto import codes
+from taskstate.proto.versions import new_generation
 
 from ... import errors
 from ...errors import SidecarError
@@ -267,7 +268,7 @@ class Seeder:
             await self._script("seed_merge", task, keys, rest, lock=plan.lock)
 
     async def _publish(self, namespace: str, component: str, plan: SeedPlan) -> SeedDone:
-        gen, keys = uuid.uuid4().hex, 0
+        gen, keys = new_generation(), 0
         mode = "overwrite" if plan.overwrite else "append"
         for t in range(plan.to):
             task = TaskKey(namespace, component, t)

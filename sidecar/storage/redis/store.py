@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from itertools import chain
 from typing import Any
@@ -20,7 +19,7 @@ import redis.exceptions as rex
 
 from taskstate.proto import codes
 from taskstate.proto.durability import Durability
-from taskstate.proto.versions import Version
+from taskstate.proto.versions import Version, new_generation
 
 from ... import errors
 from ...errors import SidecarError
@@ -127,7 +126,7 @@ class RedisTaskStore:
         seen = self._seen.get(task)
         return {
             "batch": "" if batch is None else str(batch),
-            "new_gen": uuid.uuid4().hex,
+            "new_gen": new_generation(),
             "now": f"{time.time():.3f}",
             "writer": writer,
             "codec": codec,
