@@ -12,7 +12,7 @@ up, and that cancellation, only that one, leaves the block as TimeoutError), wit
 loop found once: a loop whose `_thread_id` is this thread is the one running
 here (asyncio's loops set it while they run, and one thread runs one loop at a time).
 A loop without that attribute is asked for every time, as asyncio does. The deadlines
-of a loop share one timer (`_Watch`): a deadline fires up to TICK_S (5 ms) late.
+of a loop share one timer (`_Watch`): a deadline fires up to TICK_S (20 ms) late.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import asyncio
 import threading
 from types import TracebackType
 
-TICK_S = 0.005  # how often the live deadlines of a loop are checked while there are any
+TICK_S = 0.02  # how often the live deadlines of a loop are checked while there are any
 
 
 class _Watch:
