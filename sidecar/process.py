@@ -66,7 +66,17 @@ class SidecarProcess:
         return scrape_metrics(self.metrics_url)
 
     def start(self, timeout: float = 30.0) -> SidecarProcess:
-        """Start the sidecar and wait for its ready line."""
+        """Start the sidecar and wait for its ready line.
+
+        A sidecar already running is an error (`kill()` or `stop()` it first): a second
+        one on the same socket would leave the first running, out of the test's reach.
+        """
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError(
+                f"the sidecar on {self.socket} is already running (pid {self.proc.pid}); "
+                "stop() or kill() it before starting it again, or use "
+                "`with SidecarProcess(...) as side:` without calling start()"
+            )
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(  # noqa: S603 - our own module
             [
@@ -116,7 +126,9 @@ class SidecarProcess:
         return self.kill(signal.SIGTERM)
 
     def __enter__(self) -> SidecarProcess:
-        return self.start()
+        """Start it, unless `start()` already did (`with SidecarProcess(...).start() as s:`)."""
+        running = self.proc is not None and self.proc.poll() is None
+        return self if running else self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.kill()

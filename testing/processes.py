@@ -88,7 +88,17 @@ class RedisServer:
         return f"unix://{self.socket}"
 
     def start(self, timeout: float = 10.0) -> RedisServer:
-        """Start (or restart, keeping the data directory) and wait for PING."""
+        """Start (or restart, keeping the data directory) and wait for PING.
+
+        A server already running is an error (`kill()` it first): a second process on
+        the same socket would leave the first running, out of the test's reach.
+        """
+        if self.proc is not None and self.proc.poll() is None:
+            raise RuntimeError(
+                f"redis-server on {self.socket} is already running (pid {self.proc.pid}); "
+                "kill() it before starting it again, or use `with RedisServer(...) as r:` "
+                "without calling start()"
+            )
         args = [
             find_redis_server(),
             "--port",
@@ -146,7 +156,9 @@ class RedisServer:
         self.kill(signal.SIGKILL)
 
     def __enter__(self) -> RedisServer:
-        return self.start()
+        """Start it, unless `start()` already did (`with RedisServer().start() as r:`)."""
+        running = self.proc is not None and self.proc.poll() is None
+        return self if running else self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
