@@ -146,7 +146,15 @@ class RedisNode:
         return cmd + self.args
 
     def start(self, timeout: float = 20.0) -> RedisNode:
-        """Start (or restart, keeping the data directory) and wait for PING."""
+        """Start (or restart, keeping the data directory) and wait for PING.
+
+        A node already running is an error (`kill()` it first): a second process would
+        leave the first running, out of the test's reach.
+        """
+        if self.alive:
+            raise RuntimeError(
+                f"redis-server on {self.address} is already running; kill() it first"
+            )
         self.proc = subprocess.Popen(  # noqa: S603 - our own binary and arguments
             self.command_line(),
             stdout=subprocess.DEVNULL,
@@ -350,7 +358,8 @@ class RedisClusterProcs:
             n.kill()
 
     def __enter__(self) -> RedisClusterProcs:
-        return self.start()
+        """Start it, unless `start()` already did."""
+        return self if any(n.alive for n in self.nodes) else self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
@@ -435,7 +444,8 @@ class RedisSentinelProcs:
             n.kill()
 
     def __enter__(self) -> RedisSentinelProcs:
-        return self.start()
+        """Start it, unless `start()` already did."""
+        return self if any(n.alive for n in self.nodes()) else self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

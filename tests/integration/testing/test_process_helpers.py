@@ -67,3 +67,21 @@ def test_starting_a_running_process_again_is_refused_and_it_keeps_running(tmp_pa
         redis.kill()
         redis.start()
         assert redis.ping()
+
+
+def test_a_topology_node_started_twice_is_refused_and_restarts_after_kill(tmp_path: Path) -> None:
+    from taskstate.testing.topologies import RedisNode
+
+    node = RedisNode(tmp_path / "n").start()
+    try:
+        pid = node.proc.pid if node.proc else -1
+        with pytest.raises(RuntimeError, match="already running; kill\\(\\) it first"):
+            node.start()
+        # redis-server names itself by its address in its process title
+        assert _running_with(f"redis-server {node.address}") == [pid]
+        node.kill()
+        node.restart()
+        assert node.ping()
+    finally:
+        node.kill()
+    assert _running_with(f"redis-server {node.address}") == []
