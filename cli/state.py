@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import IO, Any
 
 from taskstate.client.admin import AdminClient
+from taskstate.proto.ids import similar
 
 from .common import (
     UsageError,
@@ -52,7 +53,7 @@ def cmd_ls(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
         dump(tasks, out)
         return 0
     if not tasks:
-        out.write(f"no tasks with stored state in {a.scope}\n")
+        out.write(f"no tasks with stored state in {a.scope}{_nearby(admin, ns, comp)}\n")
         return 0
     rows: list[Sequence[Any]] = [
         ("TASK", "BATCH", "KEYS", "PARTITIONS", "EPOCH", "ROLLBACKS", "UPDATED", "LAST WRITER")
@@ -71,7 +72,9 @@ def cmd_show(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
     fq = a.task
     info = info_dict(admin.describe(task))
     if not info["exists"]:
-        print(f"taskstate show: task {fq}: no state stored", file=sys.stderr)
+        ns, comp, part = task.namespace, task.component, task.partition
+        print(f"taskstate show: task {fq}: no state stored{_nearby(admin, ns, comp, part)}",
+              file=sys.stderr)  # fmt: skip
         return 1
     data, version = admin.read(task, a.keys or "", on_reread=reading_again("show"))
     state, extras = {}, {}
@@ -105,6 +108,26 @@ def cmd_show(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:
         notes += [f"version {extra['version']}"] if "version" in extra else []
         out.write(f"  {k} = {text}" + (f"  ({', '.join(notes)})" if notes else "") + "\n")
     return 0
+
+
+def _nearby(admin: AdminClient, ns: str, comp: str, part: int | None = None) -> str:
+    """Where the state asked for may be after all: a partition out of range, a typo."""
+    if comp:
+        tasks = admin.tasks(ns, comp)
+        if tasks and part is not None:
+            counts = {t.partitions for t in tasks if t.partitions}
+            if len(counts) == 1 and part >= (n := counts.pop()):
+                return f" ({part} is outside the component's partitions 0-{n - 1})"
+            stored = ", ".join(str(t.task.partition) for t in tasks)
+            return f" (the component has state in partitions {stored})"
+        if tasks:
+            return ""
+        components = {t.task.component for t in admin.tasks(ns)}
+        if components:
+            close = similar(comp, components)
+            return f"; namespace {ns} has component(s) {', '.join(close)}" if close else ""
+    close = similar(ns, admin.namespaces())
+    return f"; namespaces with state of a similar name: {', '.join(close)}" if close else ""
 
 
 def cmd_drop(a: argparse.Namespace, admin: AdminClient, out: IO[str]) -> int:

@@ -123,6 +123,13 @@ def _refuse_the_lane(spec: str, path: str) -> None:
         )
 
 
+def address(target: str) -> str:
+    """A gRPC target as users write it (the inverse of `grpc_target`), for messages."""
+    if target.startswith("unix:"):
+        return "unix://" + target[len("unix:") :]  # the path is absolute: unix:///PATH
+    return target if "://" in target else f"tcp://{target}"
+
+
 @functools.lru_cache(maxsize=64)  # a ConfigError is raised again, never cached
 def grpc_target(spec: str) -> str:
     """`unix:///path`, `tcp://host:port` or `host:port` -> a gRPC target string."""

@@ -24,6 +24,7 @@ from taskstate.proto import codes, frames
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 
+from ._config import address
 from ._errors import (
     ERROR_BY_CODE,
     ConfigError,
@@ -164,6 +165,7 @@ def translate_status(
     if ts_code in ERROR_BY_CODE:
         return ERROR_BY_CODE[ts_code](details or ts_code, task)
     where = f"task {task}: " if task else ""
+    target = address(target)
     if NOT_GRPC in (details or ""):
         return ConfigError(
             f"{where}{target} is not a taskstate sidecar (it does not speak gRPC: "
@@ -257,7 +259,7 @@ class GrpcTransport:
             where = f"task {task}: " if task else ""
             raise _RetryableError(
                 SidecarUnavailableError(
-                    f"{where}the sidecar at {self.target} could not be reached within "
+                    f"{where}the sidecar at {address(self.target)} could not be reached within "
                     f"TASKSTATE_RETRY_DEADLINE ({self.retry_deadline_s:g} s). "
                     + _CHECK_THE_SIDECAR,
                     task,
@@ -318,7 +320,7 @@ class GrpcTransport:
                 where = f"task {task}: " if task else ""
                 raise _RetryableError(
                     SidecarUnavailableError(
-                        f"{where}the sidecar at {self.target} did not answer ({exc}). "
+                        f"{where}the sidecar at {address(self.target)} did not answer ({exc}). "
                         "Operator action: check that the sidecar runs beside this executor.",
                         task,
                     )

@@ -69,8 +69,19 @@ def maybe_fault(opts: JobOptions, batch: int, part: int) -> None:
 
 # -- faults around the executor plugin's flush of held group changes -------------------
 
-GROUP_FAULTS = ("worker", "sidecar", "redis", "executor", "restart")
-"""What `--group-faults` can strike in partition 0 of a batch of applyInPandasWithState:
+GROUP_FAULTS = (
+    "worker", "sidecar", "redis", "executor", "restart", "block-sidecar", "task-sidecar",
+)  # fmt: skip
+"""What `--group-faults` can strike in partition 0 of a batch.
+
+Of any API's block (the executor plugin's sidecar, restarted by its supervisor):
+
+- `block-sidecar`: the worker SIGKILLs its executor's sidecar inside its block and sleeps
+  1.5 s before the block commits;
+- `task-sidecar`: the same right after its block committed, so the task's end meets a
+  sidecar that is restarting.
+
+Of applyInPandasWithState, whose later groups are held for the plugin's flush:
 
 - `worker`: the Python worker SIGKILLs itself when the flush asks for its held changes
   (after its last group, before its task is reported done);
@@ -103,13 +114,26 @@ _ARMED: dict[int, tuple[str, JobOptions]] = {}  # task attempt -> the fault at i
 _HOOKED: list[bool] = []  # this worker's flush hook is in place
 
 
+def maybe_block_fault(opts: JobOptions, batch: int, part: int, where: str) -> None:
+    """Inside (`where="block"`) or right after (`"task"`) a block: kill the sidecar."""
+    kind = dict(opts.group_faults).get(batch) if part == 0 and opts.fault_dir else None
+    if kind != f"{where}-sidecar" or not once(opts.fault_dir, kind):
+        return
+    for pid in sidecars_of(executor_pid() or -1):
+        os.kill(pid, signal.SIGKILL)
+    if where == "block":
+        time.sleep(1.5)
+
+
 def maybe_group_fault(opts: JobOptions, s: Any, batch: int, part: int) -> None:
     """After a group block of partition 0 in a faulted batch: strike or arm the fault.
 
     Only once the block's changes are held for the flush (the attempt's later groups).
     """
     kind = dict(opts.group_faults).get(batch) if part == 0 and opts.fault_dir else None
-    if kind is None or isinstance(s, dict) or not holds_deferred(s):
+    if kind in (None, "block-sidecar", "task-sidecar") or isinstance(s, dict):
+        return
+    if not holds_deferred(s):
         return
     if kind == "sidecar":
         if once(opts.fault_dir, "group-sidecar"):

@@ -35,7 +35,7 @@ from taskstate.proto.ids import fq_task_id
 from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing.worker import held_version, holds_deferred, task_attempt, task_identity
 
-from .faults import maybe_fault, maybe_group_fault, parse_group_faults
+from .faults import maybe_block_fault, maybe_fault, maybe_group_fault, parse_group_faults
 
 COMPONENT = "running-totals"
 SOURCE_NAME = "taskstate_example_events"
@@ -265,7 +265,9 @@ def _update_frames(opts: JobOptions, frames: Iterator[Any]) -> Any:
     ]
     s = opts.open(ctx, part)
     rows = apply_events(s, events, batch, part)
+    maybe_block_fault(opts, batch, part, "block")
     close(s)
+    maybe_block_fault(opts, batch, part, "task")
     record_deferred(opts, s)
     maybe_group_fault(opts, s, batch, part)
     maybe_fault(opts, batch, part)

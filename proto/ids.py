@@ -9,7 +9,9 @@ the sidecar touch keys other than its own task's.
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Iterable
 
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 _NAME_RE = re.compile(NAME_PATTERN)
@@ -71,3 +73,8 @@ def split_attempt(value: str) -> tuple[str, int] | None:
     """
     scope, _, n = value.rpartition(":")
     return (scope, int(n)) if scope and n.isdigit() else None
+
+
+def similar(name: str, names: Iterable[str]) -> list[str]:
+    """The names of `names` close enough to `name` to be what was meant (a typo's fix)."""
+    return difflib.get_close_matches(name, [n for n in names if n != name], n=3, cutoff=0.75)

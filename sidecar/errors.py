@@ -6,6 +6,8 @@ trailing metadata; nothing else crosses the wire.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import grpc
 
 from taskstate.proto import codes
@@ -199,12 +201,26 @@ def state_lost_behind(
     )
 
 
-def state_lost_namespace(fq: str, namespace: str, batch: object) -> SidecarError:
-    """A streaming task past batch 0 in a namespace Redis has no record of at all."""
+def state_lost_namespace(
+    fq: str, namespace: str, batch: object, similar: Sequence[str] = ()
+) -> SidecarError:
+    """A streaming task past batch 0 in a namespace Redis has no record of at all.
+
+    `similar`: namespaces of a similar name that hold the task's component (a typo?).
+    """
+    component = fq.split("/")[1]
+    lead = (
+        f". Namespace {', '.join(map(repr, similar))} of a similar name holds component "
+        f"{component!r}: if that is this query's state, the namespace is misspelt (check "
+        "TaskState(namespace=...), TASKSTATE_NAMESPACE or configure(spark, namespace=...)). "
+        "Otherwise, the"
+        if similar
+        else ": the"
+    )
     return SidecarError(
         codes.STATE_LOST,
         f"task {fq}: Spark runs batch {batch}, but Redis has no record of namespace "
-        f"{namespace!r} at all (no task, no index): the state of its earlier batches was "
+        f"{namespace!r} at all (no task, no index){lead} state of its earlier batches was "
         "lost (Redis flushed, restarted without persistence, or replaced by an empty one), "
         "or this query has run without taskstate until now. Nothing was changed. Operator "
         f"action: restore the namespace from an export (`taskstate import FILE`); or, to "

@@ -27,6 +27,13 @@ sends the task's FINISHED status:
 
 The barrier is a line protocol on a Unix socket, so that the plugin needs nothing but the
 JDK; the socket sits beside the gRPC one, owner-only.
+
+A sidecar the plugin restarts (the old one was killed) must still answer FLUSH truthfully
+for tasks that ran across the restart. The coordinator therefore writes what a successor
+needs to a journal beside the barrier socket (`Journal`) before it acknowledges it: each
+attempt's Opens at a batch (to be marked finished) and each worker's deferral (a FLUSH of
+that attempt then fails: the new sidecar cannot collect changes held for the old one).
+A task that deferred nothing meets a restart as no failure at all.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto.ids import split_attempt
 
 from . import metrics
+from .journal import Journal
 from .storage.values import TaskKey
 
 log = logging.getLogger("taskstate.sidecar.flush")
@@ -72,26 +80,60 @@ class FlushCoordinator:
     """Which workers hold changes of which task attempt, and the flush that collects them."""
 
     def __init__(
-        self, timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S, mark_done: MarkDone | None = None
+        self,
+        timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S,
+        mark_done: MarkDone | None = None,
+        journal: Journal | None = None,
     ) -> None:
         self.timeout_s = timeout_s
         self.mark_done = mark_done  # TaskStore.mark_done (None: nothing is marked)
+        self.journal = journal  # None: a restarted sidecar would know nothing (tests)
         self._ids = itertools.count(1)
         self._links: dict[str, _Link] = {}
         self._deferred: dict[int, set[str]] = {}  # task attempt -> worker ids
         self._lost: dict[int, str] = {}  # task attempt -> why its changes cannot be flushed
         # task attempt -> the tasks it opened here, each at (batch, attempt id SCOPE:N)
         self._opened: dict[int, dict[TaskKey, tuple[int, str]]] = {}
+        if journal is not None:
+            self._inherit(journal.open())
+
+    def _inherit(self, records: list[list[object]]) -> None:
+        """Take over what the killed predecessor's journal says of attempts not ended."""
+        held: dict[int, list[int]] = {}
+        for record in records:
+            attempt = int(record[1])  # type: ignore[call-overload]
+            if record[0] == "opened":
+                ns, comp, part, batch, attempt_id = record[2:]
+                task = TaskKey(str(ns), str(comp), int(part))  # type: ignore[call-overload]
+                self._opened.setdefault(attempt, {})[task] = (int(batch), str(attempt_id))  # type: ignore[call-overload]
+            elif record[0] == "deferred":
+                held.setdefault(attempt, []).append(int(record[2]))  # type: ignore[call-overload]
+        for attempt, pids in held.items():
+            self._lost[attempt] = (
+                "the sidecar was restarted during the task while Python worker pid "
+                f"{', '.join(map(str, sorted(set(pids))))} held group changes of this task "
+                "attempt for the flush; the new sidecar cannot collect them"
+            )
+        if records:
+            log.warning(
+                "a restarted sidecar took over the flush barrier's journal",
+                extra={"attempts": len(self._opened.keys() | held.keys()), "held": len(held)},
+            )
 
     def opened(self, task: TaskKey, batch: int | None, attempt_id: str) -> None:
         """A Spark task's Open at `batch` (streaming) named attempt `attempt_id` (SCOPE:N)."""
         named = split_attempt(attempt_id)
         if batch is None or named is None:
             return
-        self._opened.setdefault(named[1], {})[task] = (batch, attempt_id)
+        tasks = self._opened.setdefault(named[1], {})
+        if self.journal is not None and tasks.get(task) != (batch, attempt_id):
+            self.journal.opened(named[1], task, batch, attempt_id)
+        tasks[task] = (batch, attempt_id)
         while len(self._opened) > OPENED_MAX:  # an attempt whose end never came
             oldest = next(iter(self._opened))
             del self._opened[oldest]
+            if self.journal is not None:
+                self.journal.forget(oldest)
             log.warning(
                 "forgot the Opens of a task attempt that neither flushed nor was discarded: "
                 "its batch will not be marked finished",
@@ -124,6 +166,8 @@ class FlushCoordinator:
                     link.orders.put_nowait(Order(kind=Order.ATTACHED, worker=link.worker))
                 elif kind == "defer":
                     n = msg.defer.task_attempt
+                    if self.journal is not None and n not in link.attempts:
+                        self.journal.deferred(n, link.pid)  # before the worker hears DEFERRED
                     link.attempts.add(n)
                     self._deferred.setdefault(n, set()).add(link.worker)
                     metrics.DEFERRED_ATTEMPTS.set(len(self._deferred))
@@ -134,6 +178,8 @@ class FlushCoordinator:
                     waiter = link.waiting.pop(msg.flushed.task_attempt, None)
                     if waiter is not None and not waiter.done():
                         waiter.set_result(msg.flushed)
+        except OSError as exc:  # the journal: no DEFERRED, so the worker commits synchronously
+            log.error("could not write the flush barrier's journal: %s", exc)
         except (asyncio.CancelledError, Exception):  # noqa: S110 - the stream ended either way
             pass
         finally:
@@ -183,11 +229,17 @@ class FlushCoordinator:
                 except Exception as exc:  # any failure fails the flush
                     problems.append(f"task {task.fq}: could not mark batch {batch} done: {exc}")
         ok = not problems
+        if ok and self.journal is not None:
+            self.journal.ended(attempt)
         if held or not ok:
             metrics.FLUSHES.labels(outcome="ok" if ok else "failed").inc()
         if held:
             metrics.FLUSH_SECONDS.observe(time.perf_counter() - t0)
         if not ok:
+            # asked again (the barrier connection broke), the flush must fail again
+            self._lost[attempt] = "an earlier FLUSH of this task attempt failed: " + "; ".join(
+                problems
+            )
             log.error(
                 "flush failed: the executor plugin stops the executor (fail-stop)",
                 extra={"task_attempt": attempt, "problems": problems},
@@ -236,6 +288,8 @@ class FlushCoordinator:
         """The attempt failed: its workers drop what they hold for it."""
         self._lost.pop(attempt, None)
         self._opened.pop(attempt, None)
+        if self.journal is not None:
+            self.journal.ended(attempt)
         for worker in self._deferred.pop(attempt, set()):
             link = self._links.get(worker)
             if link is not None:
@@ -263,11 +317,13 @@ class BarrierServer:
             os.umask(old)
 
     async def stop(self) -> None:
-        """Stop listening and remove the socket file."""
+        """Stop listening and remove the socket file (the journal stays for a successor)."""
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
         self.path.unlink(missing_ok=True)
+        if self.coordinator.journal is not None:
+            self.coordinator.journal.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

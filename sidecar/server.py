@@ -24,6 +24,7 @@ from taskstate.proto.durability import Durability
 from . import metrics
 from .config import LOOPBACK, ConfigError, Limits, SidecarConfig, listen_address
 from .flush import BarrierServer, FlushCoordinator
+from .journal import Journal
 from .retry import RetryPolicy, permanent_cause
 from .rpc.frames import FrameLane
 from .rpc.service import SERVICE_NAME, add_to_server
@@ -73,8 +74,10 @@ class Sidecar:
         self.flush: FlushCoordinator | None = None
         self.barrier: BarrierServer | None = None
         if config.barrier:
-            self.flush = FlushCoordinator(config.flush_timeout_s)
-            self.barrier = BarrierServer(self.flush, Path(config.barrier))
+            barrier = Path(config.barrier)
+            journal = Journal(barrier.with_suffix(".journal"))
+            self.flush = FlushCoordinator(config.flush_timeout_s, journal=journal)
+            self.barrier = BarrierServer(self.flush, barrier)
         self.sweeper: Sweeper | None = None
         self._sweep_task: asyncio.Task[None] | None = None
         if config.sweep_every_s > 0:

@@ -15,6 +15,8 @@ from typing import Any
 
 import redis.exceptions as rex
 
+from taskstate.proto.ids import similar
+
 from ... import errors
 from ..values import TaskKey
 from .keys import edits_key, stash_key, task_keys, ttl_keys
@@ -105,13 +107,23 @@ class OpenScript:
             raise errors.state_lost_task(task.fq, batch)
         if batch is not None and batch > 0 and not namespace_known:
             # Spark is past batch 0, and Redis knows nothing of the namespace
-            raise errors.state_lost_namespace(task.fq, task.namespace, batch)
+            raise errors.state_lost_namespace(
+                task.fq, task.namespace, batch, await self._similar_namespaces(task)
+            )
         recorded = component.partitions
         if recorded is not None:
             if (partitions is not None and partitions != recorded) or task.partition >= recorded:
                 raise errors.partitions_changed(task.fq, recorded, partitions)
         elif partitions is not None:
             await self._records.record_partitions(task, partitions)
+
+    async def _similar_namespaces(self, task: TaskKey) -> list[str]:
+        """Namespaces of a name close to the task's that hold its component (a typo?)."""
+        found = []
+        for ns in similar(task.namespace, await self._records.namespaces()):
+            if await self._records.members(ns, task.component):
+                found.append(ns)
+        return found
 
     async def _refuse_if_behind(self, task: TaskKey, batch: int | None, held: list[str]) -> None:
         seen = self._seen.get(task)

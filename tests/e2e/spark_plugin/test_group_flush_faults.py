@@ -21,6 +21,7 @@ computed without Spark; and where the flush failed, the executor must have stopp
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 import uuid
@@ -117,6 +118,7 @@ def run(
         "state": read_state(redis_server.url, f"{ns.namespace_prefix}-{RUN}", PARTS),
         "namespace": f"{ns.namespace_prefix}-{RUN}",
         "executor_logs": _executor_logs(faults),
+        "driver_log": (workdir / RUN / "query.log").read_text(errors="replace"),
     }
 
 
@@ -171,15 +173,23 @@ def test_a_worker_killed_before_its_flush_stopped_the_executor(run: dict[str, An
 
 
 def test_a_sidecar_restarted_during_the_task_stopped_the_executor(run: dict[str, Any]) -> None:
-    """The faulted task itself (partition 0) stopped its executor, whenever its FLUSH came.
+    """The faulted task itself (partition 0) stopped its executor: its worker held changes.
 
-    Before the new sidecar listens the FLUSH finds no one; once it does, the sidecar count
-    has moved. (The count once moved only after the new sidecar reported ready: a FLUSH
-    answered in between passed, and the task's held groups were lost.)
+    The plugin waits for the restarted sidecar, which knows from the killed one's journal
+    which worker held the attempt's group changes, and fails the flush naming it. (Once a
+    FLUSH answered by a new sidecar that knew nothing passed, and the held groups were
+    lost.)
     """
-    why = ("the sidecar was restarted during the task", "flush barrier")
-    lines = [s for s in _fail_stops(run) if "partition 0" in s and any(w in s for w in why)]
-    assert lines, _fail_stops(run)
+    why = "the sidecar was restarted during the task while Python worker pid "
+    lines = [s for s in _fail_stops(run) if "partition 0" in s and why in s]
+    assert lines and "held group changes of this task attempt" in lines[0], _fail_stops(run)
+
+
+def test_each_fail_stop_ended_its_executor_with_status_70(run: dict[str, Any]) -> None:
+    """The driver saw the executors of the worker, sidecar and Redis faults exit with 70."""
+    codes = re.findall(r"Lost executor \d+ on [^:]+: Command exited with code (\d+)",
+                       run["driver_log"])  # fmt: skip
+    assert codes.count("70") >= 3, codes
 
 
 def test_redis_unavailable_during_the_flush_stopped_the_executor(run: dict[str, Any]) -> None:

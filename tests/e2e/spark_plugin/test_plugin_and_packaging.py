@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -42,6 +43,14 @@ def _sidecars() -> dict[int, list[str]]:
 def test_plugin_sidecar_killed_mid_job_is_restarted_and_the_job_is_correct(
     spark_ready: None, redis_server: RedisServer, plugin_jar: str, tmp_path: Path
 ) -> None:
+    """A one-block task (mapInPandas) meets its sidecar's restart without losing its executor.
+
+    With the flush barrier on (the default): both sidecars are killed from outside while a
+    batch runs, and partition 0 kills its own sidecar inside its block (the commit waits
+    for the new sidecar) and, in a later batch, right after its block (the task's end meets
+    a restarting sidecar). Nothing was deferred, so no executor may stop (no fail-stop, no
+    exit 70, no executor beyond the first two), and output and state are exact.
+    """
     batches, per_batch, keys, parts = 8, 150, 24, 4
     ns = build_parser().parse_args(
         [
@@ -61,21 +70,16 @@ def test_plugin_sidecar_killed_mid_job_is_restarted_and_the_job_is_correct(
     )
     runner = Runner(tmp_path, redis_server.url, "", ns)
     # what ended executors left (pids above pid_max: never alive): the plugin's executors
-    # remove the sockets, and the logs past spark.taskstate.logRetentionHours (168)
+    # remove their sockets and journals, and the logs past spark.taskstate.logRetentionHours
     run_dir = Path("/tmp/taskstate-run")
     run_dir.mkdir(exist_ok=True)
-    old_log, new_log, stale = (run_dir / f"jvm-99999999{i}.{kind}"
-                               for i, kind in ((1, "log"), (2, "log"), (3, "sock")))  # fmt: skip
-    for f in (old_log, new_log, stale):
+    kinds = ("log", "log", "sock", "frames.sock", "barrier.sock", "barrier.journal")
+    old_log, new_log, *stale = (run_dir / f"jvm-99999999{i}.{kind}" for i, kind in enumerate(kinds))
+    for f in (old_log, new_log, *stale):
         f.write_text("left over\n")
     eight_days = time.time() - 8 * 24 * 3600
     os.utime(old_log, (eight_days, eight_days))
-    os.utime(stale, (eight_days, eight_days))
     before = set(_sidecars())
-    # Without the flush barrier: with it, a task that spans the sidecar's restart stops
-    # its executor (fail-stop: the new sidecar cannot know what the old one was told;
-    # test_group_flush_faults.py tests that), and whether a task spans it is timing. Here
-    # the supervisor's restart itself is under test.
     extra = [
         "--plugin-jar",
         plugin_jar,
@@ -83,8 +87,8 @@ def test_plugin_sidecar_killed_mid_job_is_restarted_and_the_job_is_correct(
         redis_server.url,
         "--master",
         "local-cluster[2,1,1024]",
-        "--conf",
-        "spark.taskstate.flushBarrier=false",
+        "--group-faults",
+        "3:block-sidecar,5:task-sidecar",
     ]
     proc = runner.start("job", "taskstate", extra)
     try:
@@ -110,13 +114,26 @@ def test_plugin_sidecar_killed_mid_job_is_restarted_and_the_job_is_correct(
         executor = args[args.index("--parent-pid") + 1]
         log = Path(f"/tmp/taskstate-run/jvm-{executor}.log").read_text()
         assert log.count('"msg":"sidecar ready"') >= 2, log[-2000:]
+    faults = tmp_path / "job" / "faults"
+    assert (faults / "block-sidecar").exists() and (faults / "task-sidecar").exists()
+    # no executor stopped: the application never had more than its first two
+    import pyspark
+
+    (app,) = (faults / "app-ids").read_text().split()
+    work = Path(pyspark.__file__).parent / "work" / app
+    assert sorted(p.name for p in work.iterdir()) == ["0", "1"]
+    logs = "\n".join(p.read_text(errors="replace") for p in work.glob("*/stderr"))
+    assert "FAIL-STOP" not in logs, logs[-3000:]
+    driver_log = (tmp_path / "job" / "query.log").read_text(errors="replace")
+    assert re.findall(r"Lost executor .{0,80}", driver_log) == []  # none exited, with 70 or else
     rows = read_output(tmp_path / "job" / "out")
     truth = expected_state(batches, per_batch, keys)
     assert read_state(redis_server.url, f"{ns.namespace_prefix}-job", parts) == truth
     assert state_from_rows(rows) == truth and len(rows) == batches * per_batch
     # the job's tasks found the plugin's sidecars with no TASKSTATE_SIDECAR anywhere
     assert "TASKSTATE_SIDECAR" not in runner.env()
-    assert not old_log.exists() and not stale.exists() and new_log.exists()
+    assert not old_log.exists() and new_log.exists()
+    assert [f.name for f in stale if f.exists()] == []
     new_log.unlink()
 
 

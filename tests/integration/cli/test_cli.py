@@ -538,3 +538,21 @@ def test_operator_commands_reach_a_redis_without_a_running_sidecar(
     r = cli("ls", "--redis-url", f"unix://{tmp_path}/nothing.sock", check=1)
     assert r.stderr.startswith(f"taskstate ls: Redis at unix://{tmp_path}/nothing.sock does not")
     assert "Traceback" not in r.stderr
+
+
+def test_ls_and_show_of_a_misspelt_scope_say_where_the_state_is(
+    sidecar: SidecarProcess, namespace: str
+) -> None:
+    """A typo in a namespace or component, a partition past the component's count."""
+    for part in range(4):
+        with ts(sidecar, namespace, 0, part=part, comp="cards", partitions=4) as s:
+            s["n"] = part
+    typo = namespace[:-1] + ("x" if namespace[-1] != "x" else "y")
+    r = cli("ls", typo, sidecar=sidecar)
+    assert f"namespaces with state of a similar name: {namespace}" in r.stdout
+    r = cli("ls", f"{namespace}/crads", sidecar=sidecar)
+    assert f"namespace {namespace} has component(s) cards" in r.stdout
+    r = cli("show", f"{namespace}/cards/7", sidecar=sidecar, check=1)
+    assert "7 is outside the component's partitions 0-3" in r.stderr
+    r = cli("show", f"{typo}/cards/0", sidecar=sidecar, check=1)
+    assert f"similar name: {namespace}" in r.stderr

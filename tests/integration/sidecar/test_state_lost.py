@@ -221,3 +221,15 @@ def test_redis_behind_what_the_sidecar_saw_committed_is_refused_until_adopted(
     assert stored(redis_server, namespace)["k0"] == b"7"  # 1 + 2 + 4: batch 2 is lacking
     run_batch(sidecar, namespace, 4)  # and the sidecar checks the new versions again
     assert stored(redis_server, namespace)["k0"] == b"12"
+
+
+def test_a_misspelt_namespace_names_the_similar_one_that_holds_the_component(
+    sidecar: SidecarProcess, redis_server: RedisServer, namespace: str
+) -> None:
+    run_batch(sidecar, namespace, 0, keys=3)
+    typo = namespace + "x"
+    message = refused(sidecar, redis_server, typo, 1)
+    assert f"Namespace '{namespace}' of a similar name holds component 'c'" in message
+    assert f"`taskstate adopt {typo}`" in message
+    other = refused(sidecar, redis_server, "zz9-" + namespace[::-1], 1)
+    assert "of a similar name" not in other

@@ -325,6 +325,7 @@ def test_unreachable_sidecar_is_a_clear_error_within_the_retry_deadline(
         st.__enter__()
     assert time.monotonic() - t0 < 10
     assert info.value.task == f"{namespace}/c/0" and "TASKSTATE_SIDECAR" in str(info.value)
+    assert f"the sidecar at unix://{tmp_path}/none.sock " in str(info.value)  # as written
     assert isinstance(info.value, ConnectionError)
     pickle.loads(pickle.dumps(info.value))
 

@@ -1,19 +1,23 @@
 """The flush barrier marks the batches a task attempt finished (flush.py, step 6).
 
 FlushCoordinator with a recording `mark_done` in place of the store: which tasks a FLUSH
-marks, what it answers when a mark is refused or fails, and what DISCARD and the bound
-on remembered attempts forget.
+marks, what it answers when a mark is refused or fails, what DISCARD and the bound on
+remembered attempts forget, and what a restarted sidecar takes over from the journal.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
+from taskstate.proto import taskstate_pb2 as pb
 from taskstate.sidecar import flush
 from taskstate.sidecar.flush import FlushCoordinator
+from taskstate.sidecar.journal import Journal
 from taskstate.sidecar.storage.values import TaskKey
 
 A, B = TaskKey("ns", "c", 0), TaskKey("ns", "c", 1)
@@ -74,3 +78,68 @@ def test_discard_forgets_and_the_oldest_attempt_is_forgotten_past_the_bound(
     for n in (1, 2, 3):
         asyncio.run(fc.flush(n))
     assert [c[2] for c in marks.calls] == ["app:2", "app:3"]
+
+
+# -- the journal a restarted sidecar reads (flush.py: Journal) ---------------------------
+
+
+async def _defer(fc: FlushCoordinator, pid: int, attempt: int) -> None:
+    """A worker `pid` attaches and registers `attempt`; returns once DEFERRED came back."""
+    requests: asyncio.Queue[pb.AttachMessage] = asyncio.Queue()
+
+    async def stream() -> AsyncIterator[pb.AttachMessage]:
+        while True:
+            yield await requests.get()
+
+    orders = fc.attach(stream())
+    requests.put_nowait(pb.AttachMessage(hello=pb.AttachHello(pid=pid)))
+    assert (await anext(orders)).kind == pb.AttachOrder.ATTACHED
+    requests.put_nowait(pb.AttachMessage(defer=pb.DeferRequest(request_id=1, task_attempt=attempt)))
+    assert (await anext(orders)).kind == pb.AttachOrder.DEFERRED
+
+
+def test_a_restarted_sidecar_fails_only_the_flushes_of_attempts_that_held_changes(
+    tmp_path: Path,
+) -> None:
+    """What the killed sidecar journaled: held changes fail their FLUSH, Opens get marked."""
+    path = tmp_path / "jvm-1.barrier.journal"
+    killed = FlushCoordinator(mark_done=Marks(), journal=Journal(path))
+    killed.opened(A, 4, "app:7")  # a one-block task: deferred nothing
+    killed.opened(B, 4, "app:8")  # a group task whose worker 4242 held changes
+    asyncio.run(_defer(killed, 4242, 8))
+    killed.opened(A, 5, "app:9")
+    killed.discard(9)  # ended: its successor need not know it
+    marks = Marks()
+    successor = FlushCoordinator(mark_done=marks, journal=Journal(path))
+    assert asyncio.run(successor.flush(7)) == (True, "", 0)
+    assert marks.calls == [(A, 4, "app:7")]  # still marked finished, by the successor
+    ok, why, _ = asyncio.run(successor.flush(8))
+    assert not ok
+    assert "the sidecar was restarted during the task while Python worker pid 4242" in why
+    assert asyncio.run(successor.flush(9)) == (True, "", 0) and len(marks.calls) == 1
+    third = FlushCoordinator(mark_done=marks, journal=Journal(path))
+    assert not asyncio.run(third.flush(8))[0]  # a failed flush is failed again when re-asked
+    assert asyncio.run(third.flush(7)) == (True, "", 0) and len(marks.calls) == 1
+
+
+def test_a_flush_asked_again_of_the_same_sidecar_fails_again() -> None:
+    fc = FlushCoordinator(mark_done=Marks(False))
+    fc.opened(A, 4, "app:7")
+    assert not asyncio.run(fc.flush(7))[0]
+    ok, why, _ = asyncio.run(fc.flush(7))
+    assert not ok and "an earlier FLUSH of this task attempt failed" in why
+
+
+def test_the_journal_keeps_only_live_attempts_and_skips_a_line_cut_short(tmp_path: Path) -> None:
+    path = tmp_path / "j"
+    journal = Journal(path, compact_bytes=2000)
+    fc = FlushCoordinator(mark_done=Marks(), journal=journal)
+    fc.opened(A, 1, "app:1")  # never ended
+    for n in range(2, 200):
+        fc.opened(A, n, f"app:{n}")
+        asyncio.run(fc.flush(n))
+    assert path.stat().st_size < 2000  # rewritten with the live attempts alone
+    with path.open("a") as f:
+        f.write('["opened",300,"ns","c",0')  # the kill cut the last write short
+    assert Journal(path).open() == [["opened", 1, "ns", "c", 0, 1, "app:1"]]
+    assert path.read_text().count("\n") == 1

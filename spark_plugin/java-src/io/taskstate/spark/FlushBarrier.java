@@ -9,7 +9,6 @@ import java.nio.channels.Selector;
 import java.nio.channels.SocketChannel;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
-import java.util.function.LongSupplier;
 
 import org.apache.spark.TaskContext;
 import org.slf4j.Logger;
@@ -27,31 +26,34 @@ import org.slf4j.LoggerFactory;
  *
  * <p>Spark catches and logs what a plugin hook throws, so a failed flush cannot fail the
  * task. It stops the executor instead, before FINISHED can be sent (fail-stop): Spark
- * then runs the task again elsewhere and the retry rolls the batch back. Also when the
- * sidecar was restarted during the task: the new one cannot know what the old one was
- * told, so an answer of nothing to flush cannot be trusted.
+ * then runs the task again elsewhere and the retry rolls the batch back.
+ *
+ * <p>A sidecar that is restarting (the supervisor replaces a killed one) is waited for,
+ * and a FLUSH whose connection broke is asked again of the new one: the sidecar journals
+ * what a successor must know (sidecar/flush.py), so the new one answers truthfully. A task
+ * that deferred nothing therefore meets a sidecar restart without a fail-stop.
  */
 final class FlushBarrier {
   private static final Logger LOG = LoggerFactory.getLogger(FlushBarrier.class);
   /** The executor's exit status after a fail-stop (EX_SOFTWARE). */
   static final int FAIL_STOP_EXIT = 70;
 
+  /** How often a sidecar that is not listening (restarting) is tried again. */
+  private static final long RETRY_MS = 100;
+
   private final Path socket;
   private final long timeoutMs;
-  private final LongSupplier generation;
   private final ThreadLocal<long[]> current = new ThreadLocal<>();
 
-  FlushBarrier(Path socket, long timeoutMs, LongSupplier generation) {
+  FlushBarrier(Path socket, long timeoutMs) {
     this.socket = socket;
     this.timeoutMs = timeoutMs;
-    this.generation = generation;
   }
 
   void onTaskStart() {
     TaskContext tc = TaskContext.get();
     if (tc != null) {
-      current.set(new long[] {tc.taskAttemptId(), generation.getAsLong(), tc.stageId(),
-          tc.partitionId()});
+      current.set(new long[] {tc.taskAttemptId(), tc.stageId(), tc.partitionId()});
     }
   }
 
@@ -70,10 +72,6 @@ final class FlushBarrier {
       return;
     }
     if (answer.startsWith("OK ")) {
-      if (generation.getAsLong() != task[1]) {
-        failStop(task, "the sidecar was restarted during the task, so it cannot account for "
-            + "the group changes the task's Python workers held");
-      }
       return;
     }
     failStop(task, answer.startsWith("FAIL ") ? answer.substring(5) : answer);
@@ -86,21 +84,61 @@ final class FlushBarrier {
       return;
     }
     try {
-      ask("DISCARD " + task[0]);
+      // once: a restarting sidecar is not waited for, its successor ignores the attempt
+      askOnce("DISCARD " + task[0], System.nanoTime() + timeoutMs * 1_000_000L);
     } catch (IOException e) {
       LOG.debug("taskstate: DISCARD {} not delivered: {}", task[0], e.getMessage());
     }
   }
 
-  /** One line out, one line back, within the timeout. */
+  /**
+   * One line out, one line back, within the timeout; asked again while the sidecar is not
+   * listening or when it went away before answering (the supervisor starts a new one).
+   */
   String ask(String line) throws IOException {
     long deadline = System.nanoTime() + timeoutMs * 1_000_000L;
+    while (true) {
+      try {
+        return askOnce(line, deadline);
+      } catch (SidecarGone e) {
+        if (System.nanoTime() + RETRY_MS * 1_000_000L > deadline) {
+          throw new IOException("no sidecar answered within " + timeoutMs + " ms (last: "
+              + e.getMessage() + ")", e);
+        }
+        try {
+          Thread.sleep(RETRY_MS);
+        } catch (InterruptedException ie) {
+          Thread.currentThread().interrupt();
+          throw new IOException("interrupted while waiting for the sidecar", ie);
+        }
+      }
+    }
+  }
+
+  /** No sidecar listens (it is restarting), or it went away before it answered. */
+  static final class SidecarGone extends IOException {
+    private static final long serialVersionUID = 1L;
+
+    SidecarGone(String what, IOException cause) {
+      super(what + (cause == null ? "" : ": " + cause.getMessage()), cause);
+    }
+  }
+
+  private String askOnce(String line, long deadline) throws IOException {
     try (SocketChannel ch = SocketChannel.open(StandardProtocolFamily.UNIX);
         Selector selector = Selector.open()) {
-      ch.connect(UnixDomainSocketAddress.of(socket));
+      try {
+        ch.connect(UnixDomainSocketAddress.of(socket));
+      } catch (IOException e) {
+        throw new SidecarGone("no sidecar listens on " + socket, e);
+      }
       ByteBuffer out = ByteBuffer.wrap((line + "\n").getBytes(StandardCharsets.UTF_8));
-      while (out.hasRemaining()) {
-        ch.write(out);
+      try {
+        while (out.hasRemaining()) {
+          ch.write(out);
+        }
+      } catch (IOException e) {
+        throw new SidecarGone("the sidecar went away before it answered", e);
       }
       ch.configureBlocking(false);
       ch.register(selector, SelectionKey.OP_READ);
@@ -113,9 +151,14 @@ final class FlushBarrier {
         }
         selector.select(left);
         selector.selectedKeys().clear();
-        int n = ch.read(buf);
+        int n;
+        try {
+          n = ch.read(buf);
+        } catch (IOException e) {
+          throw new SidecarGone("the sidecar went away before it answered", e);
+        }
         if (n < 0) {
-          throw new IOException("the sidecar closed the barrier connection");
+          throw new SidecarGone("the sidecar went away before it answered", null);
         }
         buf.flip();
         in.append(StandardCharsets.UTF_8.decode(buf));
@@ -129,8 +172,8 @@ final class FlushBarrier {
   }
 
   private void failStop(long[] task, String why) {
-    String message = "taskstate FAIL-STOP: task attempt " + task[0] + " (stage " + task[2]
-        + ", partition " + task[3] + ") succeeded, but its state changes could not be made "
+    String message = "taskstate FAIL-STOP: task attempt " + task[0] + " (stage " + task[1]
+        + ", partition " + task[2] + ") succeeded, but its state changes could not be made "
         + "durable: " + why.replaceAll("[.\\s]+$", "") + ". This executor stops now, before "
         + "the task is reported done; Spark runs the task again and its retry rolls the "
         + "batch back (nothing is lost or counted twice). See docs/operations.md, \"Fail-stops\".";

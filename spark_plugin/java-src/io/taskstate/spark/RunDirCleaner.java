@@ -11,13 +11,15 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * Removes what executors that ended left in the run directory: their sockets at once, and
- * their sidecar logs once older than the retention (they are kept for a post-mortem).
+ * Removes what executors that ended left in the run directory: their sockets and journals
+ * at once, and their sidecar logs once older than the retention (they are kept for a post-mortem).
  * A file of a process that is still alive (or whose pid was reused) is never touched.
  */
 final class RunDirCleaner {
   private static final Logger LOG = LoggerFactory.getLogger(RunDirCleaner.class);
-  private static final Pattern NAME = Pattern.compile("jvm-(\\d+)\\.(log|sock|barrier\\.sock)");
+  // every file a sidecar of executor <pid> leaves: its sockets (gRPC, frame lane, barrier),
+  // the barrier's journal and its log
+  private static final Pattern NAME = Pattern.compile("jvm-(\\d+)\\.(.+)");
 
   private RunDirCleaner() {}
 
@@ -30,7 +32,7 @@ final class RunDirCleaner {
         if (!m.matches() || ProcessHandle.of(Long.parseLong(m.group(1))).isPresent()) {
           continue;
         }
-        boolean log = m.group(2).equals("log");
+        boolean log = m.group(2).startsWith("log");
         if (log && now - Files.getLastModifiedTime(f).toMillis() < retentionMillis) {
           continue;
         }

@@ -37,13 +37,10 @@ public final class SidecarSupervisor implements ExecutorPlugin {
   private String python;
   private long startTimeoutSeconds;
   private String pythonPath;
-  // Sidecars started so far, counted before each one starts (the flush barrier compares it
-  // at a task's start and after its FLUSH is answered). Counted before, not once the new
-  // sidecar is ready: a FLUSH the new sidecar answers ("nothing held": it never heard of
-  // the task's workers) must never meet the old count, or a task whose workers held
-  // changes in the killed sidecar's time would be reported done without them.
-  private volatile long generation = 0;
   private FlushBarrier barrier; // null: spark.taskstate.flushBarrier=false
+  // the barrier's journal (sidecar/flush.py): read by a restarted sidecar, so it is removed
+  // only when this executor starts and stops
+  private Path journal;
 
   static String setting(SparkConf conf, String key, String env, String fallback) {
     if (conf.contains(key)) {
@@ -80,7 +77,8 @@ public final class SidecarSupervisor implements ExecutorPlugin {
       Collections.addAll(command, "--barrier", barrierSocket.toAbsolutePath().toString(),
           "--flush-timeout", Long.toString(flushTimeout));
       // the sidecar gives up on a worker after flushTimeout; the plugin waits a little more
-      barrier = new FlushBarrier(barrierSocket, (flushTimeout + 30) * 1000L, () -> generation);
+      barrier = new FlushBarrier(barrierSocket, (flushTimeout + 30) * 1000L);
+      journal = runDir.resolve("jvm-" + pid + ".barrier.journal");
     }
     String extra = conf.get("spark.taskstate.sidecar.extraArgs", "").trim();
     if (!extra.isEmpty()) {
@@ -91,6 +89,9 @@ public final class SidecarSupervisor implements ExecutorPlugin {
       Files.createDirectories(runDir);
       RunDirCleaner.clean(runDir, TimeUnit.HOURS.toMillis(retentionHours),
           System.currentTimeMillis());
+      if (journal != null) {
+        Files.deleteIfExists(journal); // an earlier process's with this pid, never this one's
+      }
       log = new SidecarLog(logFile);
       start();
     } catch (IOException | InterruptedException e) {
@@ -144,7 +145,6 @@ public final class SidecarSupervisor implements ExecutorPlugin {
     pb.redirectError(ProcessBuilder.Redirect.appendTo(logFile.toFile()));
     long logStart = log.size();
     long started = System.nanoTime();
-    generation++; // before it can answer a FLUSH (see the field)
     Process p = pb.start();
     CountDownLatch ready = new CountDownLatch(1);
     Thread reader = new Thread(() -> {
@@ -265,5 +265,8 @@ public final class SidecarSupervisor implements ExecutorPlugin {
       log.stop();
     }
     new File(socket.toString()).delete();
+    if (journal != null) {
+      new File(journal.toString()).delete();
+    }
   }
 }

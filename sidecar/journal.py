@@ -1,0 +1,103 @@
+"""The flush barrier's journal: what a restarted sidecar must know of its predecessor's tasks.
+
+The executor plugin's supervisor replaces a killed sidecar within seconds; the new one
+has none of the old one's memory. Before the barrier acknowledges a fact a successor
+needs (an attempt's Open of a task at a batch, a worker's deferral), it appends it here,
+so that a FLUSH the successor answers is as truthful as the old sidecar's would have been
+(sidecar/flush.py; docs/design-notes.md, "A sidecar restart during a task").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from .storage.values import TaskKey
+
+
+class Journal:
+    """What a restarted sidecar must know of the task attempts its predecessor served.
+
+    One JSON array a line, appended (one write each) before the fact is acknowledged:
+    `["opened", attempt, namespace, component, partition, batch, attempt id]`,
+    `["deferred", attempt, worker pid]`, `["ended", attempt]` (flushed or discarded). A
+    failed flush ends nothing: a FLUSH asked again of a successor fails again. The file
+    is rewritten with only the attempts not ended when it is opened and when it outgrows
+    `compact_bytes`. The executor plugin removes it when its executor starts and stops.
+    """
+
+    def __init__(self, path: Path, compact_bytes: int = 1 << 20) -> None:
+        self.path = path
+        self.compact_bytes = compact_bytes
+        self._live: dict[int, list[list[object]]] = {}  # attempt -> its records, in order
+        self._fd = -1
+        self._size = 0
+
+    def open(self) -> list[list[object]]:
+        """Read what a predecessor left (records of attempts not ended), then start afresh."""
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            text = ""
+        for line in text.splitlines():
+            try:
+                record = json.loads(line)
+                attempt = int(record[1])
+            except (ValueError, TypeError, IndexError):
+                continue  # a line cut short by the kill
+            if record[0] == "ended":
+                self._live.pop(attempt, None)
+            else:
+                self._live.setdefault(attempt, []).append(record)
+        self._rewrite()
+        return [r for records in self._live.values() for r in records]
+
+    def opened(self, attempt: int, task: TaskKey, batch: int, attempt_id: str) -> None:
+        """Attempt `attempt` opened `task` at `batch`."""
+        self._append([
+            "opened", attempt, task.namespace, task.component, task.partition, batch, attempt_id,
+        ])  # fmt: skip
+
+    def deferred(self, attempt: int, pid: int) -> None:
+        """Worker `pid` holds changes of `attempt`."""
+        self._append(["deferred", attempt, pid])
+
+    def ended(self, attempt: int) -> None:
+        """`attempt` was flushed or discarded: a successor need not know it."""
+        if self._live.pop(attempt, None) is not None:
+            self._append(["ended", attempt])
+
+    def forget(self, attempt: int) -> None:
+        """Drop `attempt` from the next rewrite (the coordinator's bound forgot it)."""
+        self._live.pop(attempt, None)
+
+    def close(self) -> None:
+        """Close the file (kept: a successor reads it)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def _append(self, record: list[object]) -> None:
+        if record[0] != "ended":
+            self._live.setdefault(int(record[1]), []).append(record)  # type: ignore[call-overload]
+        line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+        os.write(self._fd, line)
+        self._size += len(line)
+        if self._size > self.compact_bytes:
+            self._rewrite()
+
+    def _rewrite(self) -> None:
+        text = "".join(
+            json.dumps(r, separators=(",", ":")) + "\n" for rs in self._live.values() for r in rs
+        ).encode()
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        old = os.umask(0o177)
+        try:
+            tmp.write_bytes(text)
+            os.replace(tmp, self.path)
+            self.close()
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        finally:
+            os.umask(old)
+        self._size = len(text)
