@@ -7,7 +7,7 @@ s["#spark"] = {"rate": 1.7, "last": 12}
 """
 
 from ._block import Phase
-from ._config import DEFAULT_SIDECAR, DurabilitySpec, TaskStateConfig
+from ._config import DurabilitySpec, TaskStateConfig
 from ._context import LocalContext
 from ._errors import (
     AlreadyExistsError,
@@ -32,6 +32,7 @@ from ._errors import (
 )
 from ._session import OpenInfo
 from ._state import TaskState
+from .address import DEFAULT_SIDECAR
 
 __all__ = [
     "DEFAULT_SIDECAR",

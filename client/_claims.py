@@ -30,7 +30,7 @@ from ._context import TaskIdentity
 from ._reads import note_restore
 from ._schema import Schema
 from ._session import RECENT, OpenInfo, Session
-from ._transport import GrpcTransport, OlderSidecarError
+from ._transport import GrpcTransport
 from ._wire import decode_chunk, unpack_keys
 
 
@@ -101,14 +101,13 @@ class Claims:
         """Whether a new block may leave its Open to its exit (`open_commit`).
 
         A mirror block whose enter would Open (this process holds the task from an earlier
-        attempt or batch) beside a sidecar that serves OpenCommit, with values stored as
-        they are encoded (no time to live, no schema version: no envelope needs the batch's
-        now). Anything but `s[k] = v` and reading back what it wrote opens it there.
+        attempt or batch), with values stored as they are encoded (no time to live, no
+        schema version: no envelope needs the batch's now). Anything but `s[k] = v` and
+        reading back what it wrote opens it there.
         """
         ident = self.ident
         return (
             prior is not None
-            and prior.open_commit
             and not prior.active
             and not prior.deferred
             and prior.pid == os.getpid()
@@ -143,23 +142,18 @@ class Claims:
     ) -> Session | None:
         """Open and commit `upserts` in one call: a mirror block that only wrote.
 
-        `prior` is this process's session of an earlier attempt (its sidecar serves
-        OpenCommit); `values` are the block's writes as it made them. None, and nothing
-        sent, when the change set is over one message, or when the sidecar answers that it
-        does not serve the call (replaced by an older one): the block then opens and
-        commits as any other. The session keeps this process's copy (with the block's
-        writes) when the Open found the version that copy is of; else it has no data, and
-        the attempt's next block here reads the state again.
+        `prior` is this process's session of an earlier attempt; `values` are the block's
+        writes as it made them. None, and nothing sent, when the change set is over one
+        message: the block then opens and commits as any other. The session keeps this
+        process's copy (with the block's writes) when the Open found the version that copy
+        is of; else it has no data, and the attempt's next block here reads the state
+        again.
         """
         commit = committer.whole(prior, upserts)
         if commit is None:
             return None
         req = pb.OpenCommitRequest(open=self._open_request(), commit=commit)
-        try:
-            r = self.transport.open_commit(req, self.task_id)
-        except OlderSidecarError:  # the sidecar was replaced by an older one since
-            prior.open_commit = False
-            return None
+        r = self.transport.open_commit(req, self.task_id)
         session = self._claimed(r.open, prior)
         session.info = replace(session.info, with_commit=True)
         data = session.data
@@ -213,14 +207,10 @@ class Claims:
                 expired=r.expired,
                 now_ms=r.now_ms,
             ),
-            packed=r.packed_commits,
-            text_values=r.text_values,
             entry_bytes=prior.entry_bytes if prior is not None else 0.0,
-            packed_gets=r.packed_gets,
             flush_barrier=r.flush_barrier,
             now_ms=r.now_ms,
             schema_version=self.schema.version,
-            open_commit=r.open_commit,
         )
         if reuse and prior is not None:
             session.complete, session.absent, session.misses, session.miss_seconds = (

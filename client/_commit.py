@@ -59,7 +59,7 @@ class Committer:
         c = self.config
         task_id = self.task_id
         budget = c.max_message_bytes - REQUEST_HEADROOM
-        parts = pieces(task_id, upserts, deletes, budget, session.packed, session.text_values)
+        parts = pieces(task_id, upserts, deletes, budget)
         if len(parts) > 1 and self.batch is None:
             total = sum(len(k) + len(v) + ENTRY_OVERHEAD for k, v in upserts)
             raise LimitError(
@@ -105,8 +105,8 @@ class Committer:
         """The upserts as one CommitRequest without its epoch (None: over one message).
 
         For OpenCommit: a block that only wrote, committed with the Open that gives its
-        epoch. `session` (this process's, of an earlier attempt) says what the sidecar reads.
+        epoch.
         """
         budget = self.config.max_message_bytes - REQUEST_HEADROOM
-        parts = pieces(self.task_id, upserts, [], budget, session.packed, session.text_values)
+        parts = pieces(self.task_id, upserts, [], budget)
         return self.request(0, parts[0]) if len(parts) == 1 else None

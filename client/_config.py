@@ -14,22 +14,25 @@ what TaskState builds from the settings as well: a block is built in 7.)
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from taskstate.proto import frames, ids
+from taskstate.proto import ids
 from taskstate.proto.durability import Durability
+from taskstate.proto.properties import (
+    NAMESPACE_CONF,
+    NAMESPACE_PROPERTY,
+    SIDECAR_CONF,
+    SIDECAR_PROPERTY,
+)
 
-from ._context import NAMESPACE_CONF, NAMESPACE_PROPERTY, SIDECAR_CONF, SIDECAR_PROPERTY
 from ._errors import ConfigError
 from ._security import SidecarSecurity
+from .address import DEFAULT_SIDECAR, ENV_SIDECAR, grpc_target, plugin_sidecar
 
-DEFAULT_SIDECAR = "unix:///tmp/taskstate-run/sidecar.sock"
 ENV_NAMESPACE = "TASKSTATE_NAMESPACE"
-ENV_SIDECAR = "TASKSTATE_SIDECAR"
 ENV_TIMEOUT = "TASKSTATE_TIMEOUT"
 ENV_RETRY_DEADLINE = "TASKSTATE_RETRY_DEADLINE"
 ENV_MAX_MESSAGE = "TASKSTATE_MAX_MESSAGE_BYTES"
@@ -38,12 +41,6 @@ ENV_CACHE_BYTES = "TASKSTATE_CACHE_BYTES"
 DEFAULT_CACHE_BYTES = 256 << 20
 ENV_LOAD = "TASKSTATE_LOAD"
 LOADS = ("on-demand", "eager")
-ENV_RUN_DIR = "TASKSTATE_RUN_DIR"
-DEFAULT_RUN_DIR = "/tmp/taskstate-run"  # noqa: S108 - the plugin's socket rendezvous
-# the plugin's flush barrier listens on RUN_DIR/jvm-<pid>.barrier.sock, beside the sidecar's
-# RUN_DIR/jvm-<pid>.sock: never a sidecar
-BARRIER_SUFFIX = ".barrier.sock"
-_found: dict[int, str] = {}  # pid -> plugin sidecar found by this process
 MODES = ("mirror", "remote")
 CODECS = ("json",)
 
@@ -76,86 +73,6 @@ def _int_env(env: Mapping[str, str], name: str, default: int, *, minimum: int) -
     if value < minimum:
         raise ConfigError(f"{name}={raw!r} must be at least {minimum}")
     return value
-
-
-def _ancestors(pid: int, depth: int = 6) -> list[int]:
-    """Parent, grandparent, ... of `pid` (Linux /proc), nearest first."""
-    out: list[int] = []
-    for _ in range(depth):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            break
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid <= 1:
-            break
-        out.append(ppid)
-        pid = ppid
-    return out
-
-
-def plugin_sidecar(env: Mapping[str, str]) -> str | None:
-    """The sidecar the executor plugin started for the JVM this worker descends from.
-
-    The plugin (io.taskstate.spark.TaskStatePlugin) listens on
-    `$TASKSTATE_RUN_DIR/jvm-<executor pid>.sock` (default /tmp/taskstate-run); a Python
-    worker's ancestry leads to that executor JVM (worker -> pyspark daemon -> JVM).
-    """
-    pid = os.getpid()
-    if pid in _found:
-        return _found[pid]
-    run_dir = env.get(ENV_RUN_DIR) or DEFAULT_RUN_DIR
-    for ancestor in _ancestors(pid):
-        path = os.path.join(run_dir, f"jvm-{ancestor}.sock")
-        if os.path.exists(path):
-            _found[pid] = f"unix://{path}"
-            return _found[pid]
-    return None
-
-
-def _refuse_the_lane(spec: str, path: str) -> None:
-    if path.endswith(frames.SUFFIX):
-        raise ConfigError(
-            f"sidecar {spec!r} is a sidecar's frame lane, which the client finds by "
-            f"itself: give the sidecar's own socket, unix://"
-            f"{path.removesuffix(frames.SUFFIX)}.sock"
-        )
-
-
-def address(target: str) -> str:
-    """A gRPC target as users write it (the inverse of `grpc_target`), for messages."""
-    if target.startswith("unix:"):
-        return "unix://" + target[len("unix:") :]  # the path is absolute: unix:///PATH
-    return target if "://" in target else f"tcp://{target}"
-
-
-@functools.lru_cache(maxsize=64)  # a ConfigError is raised again, never cached
-def grpc_target(spec: str) -> str:
-    """`unix:///path`, `tcp://host:port` or `host:port` -> a gRPC target string."""
-    if spec.startswith("unix://"):
-        path = spec[len("unix://") :]
-        if not path.startswith("/"):
-            raise ConfigError(f"sidecar {spec!r}: use an absolute path, unix:///run/x.sock")
-        if path.endswith(BARRIER_SUFFIX):
-            raise ConfigError(
-                f"sidecar {spec!r} is the executor plugin's flush barrier socket, not a "
-                f"sidecar: its executor's sidecar is unix://{path.removesuffix(BARRIER_SUFFIX)}"
-                ".sock"
-            )
-        _refuse_the_lane(spec, path)
-        return f"unix:{path}"
-    if spec.startswith("unix:"):
-        _refuse_the_lane(spec, spec[len("unix:") :])
-        return spec
-    if spec.startswith("tcp://"):
-        spec = spec[len("tcp://") :]
-    host, sep, port = spec.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ConfigError(
-            f"sidecar address {spec!r} is not understood: use unix:///PATH or tcp://HOST:PORT"
-        )
-    return spec
 
 
 @dataclass(frozen=True, slots=True)

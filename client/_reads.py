@@ -88,8 +88,7 @@ class Reads:
 
     def lookup(self, data: dict[str, Any], absent: set[str], key: str, epoch: int) -> Any:
         """The committed value of `key` (MISSING if absent), kept in `data` once read."""
-        # one key: the per-entry form, which every sidecar reads
-        self._decode_into(data, absent, [key], self._page([key], epoch, packed=False))
+        self._decode_into(data, absent, [key], self._page([key], epoch))
         return data.get(key, MISSING)
 
     def miss(self, session: Session, data: dict[str, Any], absent: set[str], key: str) -> Any:
@@ -119,7 +118,7 @@ class Reads:
         In mirror mode, the bytes per key seen become the session's `entry_bytes` when it
         had none yet (`_cache.size_of`).
         """
-        epoch, packed, entry_bytes = session.epoch, session.packed_gets, session.entry_bytes
+        epoch, entry_bytes = session.epoch, session.entry_bytes
         want = [
             str(k)  # numpy's str_ (a pandas column's values) is a str too
             for k in dict.fromkeys(keys)
@@ -134,20 +133,15 @@ class Reads:
                 n = max(1, min(n, int(self.budget // (2 * size + 32))))
             page = want[i : i + n]
             i += len(page)
-            values = self._page(page, epoch, packed)
+            values = self._page(page, epoch)
             read_keys += len(page)
             read_bytes += sum(len(k) + len(v) for k, v in zip(page, values, strict=True) if v)
             self._decode_into(data, absent, page, values)
         if mirror and not entry_bytes:
             session.entry_bytes = read_bytes / read_keys if read_keys else 0.0
 
-    def _page(self, keys: list[str], epoch: int, packed: bool) -> list[bytes | None]:
+    def _page(self, keys: list[str], epoch: int) -> list[bytes | None]:
         task = self.pb_task()
-        if not packed:  # an older sidecar: one OptionalValue per key
-            r = self.transport.multi_get(
-                pb.GetRequest(task=task, epoch=epoch, keys=keys), self.task_id
-            )
-            return [v.value if v.found else None for v in r.values]
         blob = msgpack.packb(keys, use_bin_type=True)
         r = self.transport.multi_get(
             pb.GetRequest(task=task, epoch=epoch, packed_keys=blob), self.task_id

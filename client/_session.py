@@ -49,17 +49,11 @@ class Session:
     data: dict[str, Any] | None
     position: bytes | None
     info: OpenInfo
-    # the sidecar reads CommitRequest.packed_* (an older one would ignore them unread)
-    packed: bool = False
-    # the sidecar reads packed values as msgpack str, and hands them to Redis as they came
-    text_values: bool = False
     active: bool = False
     # encoded bytes per key of the state, as last restored or first committed (0: not
     # known yet): what `_cache.size_of` estimates the cached data's memory from
     entry_bytes: float = 0.0
     pid: int = field(default_factory=os.getpid)
-    # the sidecar reads GetRequest.packed_keys
-    packed_gets: bool = False
     # `data` holds the whole state; else only the keys read or written so far (on-demand
     # reads), and `absent` the keys known not to be in the state
     complete: bool = True
@@ -76,8 +70,6 @@ class Session:
     # the schema version `data` was decoded (and upgraded) for: code of another version
     # in this process reads the state again
     schema_version: int = 1
-    # the sidecar serves OpenCommit (OpenResponse.open_commit)
-    open_commit: bool = False
 
 
 # A whole copy at most this many commits old is restored in full when the change log does

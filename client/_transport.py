@@ -24,7 +24,6 @@ from taskstate.proto import codes, frames
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 
-from ._config import address
 from ._errors import (
     ERROR_BY_CODE,
     ConfigError,
@@ -34,6 +33,7 @@ from ._errors import (
 )
 from ._frames import FrameLane, FrameStatusError, LaneDownError, LaneUnreachableError
 from ._security import SidecarSecurity
+from .address import address
 
 _PLAIN = SidecarSecurity()
 
@@ -190,17 +190,12 @@ def translate_status(
             task,
         )
     if code == grpc.StatusCode.UNIMPLEMENTED:
-        return OlderSidecarError(
-            f"{where}the sidecar at {target} does not implement this call ({details}): it "
-            "is older than this client. Operator action: upgrade the sidecar (image or "
-            "chart) to the client's version.",
+        return TaskStateError(
+            f"{where}the sidecar at {target} does not implement this call ({details}). "
+            "Operator action: run the sidecar (image or chart) of the client's version.",
             task,
         )
     return TaskStateError(f"{where}sidecar call failed ({code}: {details})", task)
-
-
-class OlderSidecarError(TaskStateError):
-    """The sidecar does not serve the call: it is older than this client."""
 
 
 class _RetryableError(Exception):

@@ -1,8 +1,7 @@
 """A change set as CommitRequest pieces, and Restore chunks as decoded entries.
 
-Packed (the sidecar reads `packed_*`): one msgpack blob per side, one C call each.
-Otherwise the per-entry fields an older sidecar reads. A change set over the message
-limit is cut into pieces under it; one entry over it is a LimitError.
+Packed: one msgpack blob per side, one C call each. A change set over the message limit
+is cut into pieces under it; one entry over it is a LimitError.
 """
 
 from __future__ import annotations
@@ -87,45 +86,35 @@ def name_bad_utf8(task: str, raw: list[bytes]) -> list[Any]:
     return [x.decode() for x in raw]
 
 
-def _pack(items: Any, text: bool) -> bytes:
+def _pack(items: Any) -> bytes:
     """Msgpack array of str keys and values (the CommitRequest.packed_* form).
 
-    Values as msgpack str when the sidecar reads them (`text`, OpenResponse.text_values):
-    the form the commit script reads as it is; else as bin, which older sidecars want.
+    Values as msgpack str: the form the commit script reads as it is (Lua's cmsgpack has
+    no bin type), so the sidecar hands the blob to Redis as it came.
     """
-    out: bytes = msgpack.packb(list(items), use_bin_type=not text)
+    out: bytes = msgpack.packb(list(items), use_bin_type=False)
     return out
 
 
 def pieces(
-    task: str,
-    upserts: list[tuple[str, bytes]],
-    deletes: list[str],
-    budget: int,
-    packed: bool,
-    text: bool = False,
+    task: str, upserts: list[tuple[str, bytes]], deletes: list[str], budget: int
 ) -> list[dict[str, Any]]:
     """The change set as CommitRequest fields, in pieces under `budget` bytes each.
 
-    Packed (the sidecar reads `packed_*`): one msgpack blob per side, one C call each; the
-    blobs' length is the size check, so the common case never walks the entries in Python.
-    Otherwise the per-entry fields an older sidecar reads.
+    One msgpack blob per side, one C call each; the blobs' length is the size check, so
+    the common case never walks the entries in Python.
     """
-    if packed:
-        ups = _pack(chain.from_iterable(upserts), text) if upserts else b""
-        dels = _pack(deletes, text) if deletes else b""
-        if len(ups) + len(dels) + ENTRY_OVERHEAD <= budget:
-            return [{"packed_upserts": ups, "packed_deletes": dels}]
-    out: list[dict[str, Any]] = []
-    for u, d in split(task, upserts, deletes, budget):
-        if packed:
-            out.append({
-                "packed_upserts": _pack(chain.from_iterable(u), text) if u else b"",
-                "packed_deletes": _pack(d, text) if d else b"",
-            })  # fmt: skip
-        else:
-            out.append({"upserts": [pb.Entry(key=k, value=v) for k, v in u], "deletes": d})
-    return out
+    ups = _pack(chain.from_iterable(upserts)) if upserts else b""
+    dels = _pack(deletes) if deletes else b""
+    if len(ups) + len(dels) + ENTRY_OVERHEAD <= budget:
+        return [{"packed_upserts": ups, "packed_deletes": dels}]
+    return [
+        {
+            "packed_upserts": _pack(chain.from_iterable(u)) if u else b"",
+            "packed_deletes": _pack(d) if d else b"",
+        }
+        for u, d in split(task, upserts, deletes, budget)
+    ]
 
 
 def split(

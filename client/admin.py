@@ -35,11 +35,11 @@ from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 from taskstate.proto.durability import Durability
 
 from ._codec import CODECS
-from ._config import DEFAULT_RUN_DIR, DEFAULT_SIDECAR, ENV_RUN_DIR, ENV_SIDECAR, grpc_target
 from ._errors import ConfigError, SidecarUnavailableError, StateChangedError, TaskStateError
 from ._frames import FrameStatusError, LaneDownError, LaneUnreachableError
 from ._security import SidecarSecurity
 from ._transport import lane_for, translate, translate_frame
+from .address import DEFAULT_RUN_DIR, DEFAULT_SIDECAR, ENV_RUN_DIR, ENV_SIDECAR, grpc_target
 
 _PLUGIN_SOCKET = re.compile(r"jvm-(\d+)\.sock")
 READ_ATTEMPTS = 8  # with jittered, doubling pauses: about 4 s at most

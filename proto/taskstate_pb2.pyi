@@ -65,7 +65,7 @@ class OpenRequest(_message.Message):
     def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., batch: _Optional[int] = ..., writer: _Optional[_Union[Writer, _Mapping]] = ..., codec: _Optional[str] = ..., durability: _Optional[_Union[Durability, str]] = ..., replicas: _Optional[int] = ..., attempt_id: _Optional[str] = ..., partitions: _Optional[int] = ..., event_time_ms: _Optional[int] = ...) -> None: ...
 
 class OpenResponse(_message.Message):
-    __slots__ = ("epoch", "committed_batch", "position", "has_position", "size", "version", "rolled_back", "rolled_back_keys", "packed_commits", "reused_claim", "packed_gets", "flush_barrier", "text_values", "now_ms", "expired", "open_commit")
+    __slots__ = ("epoch", "committed_batch", "position", "has_position", "size", "version", "rolled_back", "rolled_back_keys", "reused_claim", "flush_barrier", "now_ms", "expired")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_BATCH_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
@@ -74,14 +74,10 @@ class OpenResponse(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ROLLED_BACK_FIELD_NUMBER: _ClassVar[int]
     ROLLED_BACK_KEYS_FIELD_NUMBER: _ClassVar[int]
-    PACKED_COMMITS_FIELD_NUMBER: _ClassVar[int]
     REUSED_CLAIM_FIELD_NUMBER: _ClassVar[int]
-    PACKED_GETS_FIELD_NUMBER: _ClassVar[int]
     FLUSH_BARRIER_FIELD_NUMBER: _ClassVar[int]
-    TEXT_VALUES_FIELD_NUMBER: _ClassVar[int]
     NOW_MS_FIELD_NUMBER: _ClassVar[int]
     EXPIRED_FIELD_NUMBER: _ClassVar[int]
-    OPEN_COMMIT_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     committed_batch: int
     position: bytes
@@ -90,15 +86,11 @@ class OpenResponse(_message.Message):
     version: str
     rolled_back: bool
     rolled_back_keys: int
-    packed_commits: bool
     reused_claim: bool
-    packed_gets: bool
     flush_barrier: bool
-    text_values: bool
     now_ms: int
     expired: int
-    open_commit: bool
-    def __init__(self, epoch: _Optional[int] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., rolled_back: _Optional[bool] = ..., rolled_back_keys: _Optional[int] = ..., packed_commits: _Optional[bool] = ..., reused_claim: _Optional[bool] = ..., packed_gets: _Optional[bool] = ..., flush_barrier: _Optional[bool] = ..., text_values: _Optional[bool] = ..., now_ms: _Optional[int] = ..., expired: _Optional[int] = ..., open_commit: _Optional[bool] = ...) -> None: ...
+    def __init__(self, epoch: _Optional[int] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., rolled_back: _Optional[bool] = ..., rolled_back_keys: _Optional[int] = ..., reused_claim: _Optional[bool] = ..., flush_barrier: _Optional[bool] = ..., now_ms: _Optional[int] = ..., expired: _Optional[int] = ...) -> None: ...
 
 class RestoreRequest(_message.Message):
     __slots__ = ("task", "epoch", "max_fields", "packed", "since_version", "delta_only")

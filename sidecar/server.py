@@ -37,29 +37,32 @@ from .sweeper import Sweeper
 log = logging.getLogger("taskstate.sidecar")
 
 
+def redis_backend(config: SidecarConfig) -> RedisBackend:
+    """The Redis store `config` names, with its deadlines (ConfigError when they clash)."""
+    wait_ms = config.durability_timeout_ms
+    if wait_ms is None:
+        wait_ms = int(min(5000, config.redis_deadline_s * 500))
+    elif config.redis_deadline_s * 1000 <= wait_ms:
+        raise ConfigError(
+            f"--redis-deadline {config.redis_deadline_s:g} s must be longer than "
+            f"--durability-timeout-ms {wait_ms} (a WAIT must fit inside the deadline)"
+        )
+    try:
+        return RedisBackend(
+            config.redis or RedisSettings(url=config.redis_url),
+            retry=RetryPolicy(deadline_s=config.redis_deadline_s),
+            durability_timeout_ms=wait_ms,
+        )
+    except RedisUrlError as exc:
+        raise ConfigError(str(exc)) from None
+
+
 class Sidecar:
     """One running sidecar process."""
 
     def __init__(self, config: SidecarConfig, storage: Backend | None = None) -> None:
         self.config = config
-        wait_ms = config.durability_timeout_ms
-        if wait_ms is None:
-            wait_ms = int(min(5000, config.redis_deadline_s * 500))
-        elif config.redis_deadline_s * 1000 <= wait_ms:
-            raise ConfigError(
-                f"--redis-deadline {config.redis_deadline_s:g} s must be longer than "
-                f"--durability-timeout-ms {wait_ms} (a WAIT must fit inside the deadline)"
-            )
-        if storage is None:
-            try:
-                storage = RedisBackend(
-                    config.redis or RedisSettings(url=config.redis_url),
-                    retry=RetryPolicy(deadline_s=config.redis_deadline_s),
-                    durability_timeout_ms=wait_ms,
-                )
-            except RedisUrlError as exc:
-                raise ConfigError(str(exc)) from None
-        self.storage: Backend = storage
+        self.storage: Backend = storage if storage is not None else redis_backend(config)
         self._health_task: asyncio.Task[None] | None = None
         self._serving: bool | None = None
         # tries left to check Redis' persistence (at start, or once it first answers)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from taskstate.client import ConfigError
-from taskstate.client._context import APP_CONF, BATCH_ID_CONF, NAMESPACE_CONF, SIDECAR_CONF
+from taskstate.proto.properties import APP_CONF, BATCH_ID_CONF, NAMESPACE_CONF, SIDECAR_CONF
 
 from .server_check import PLUGIN_CLASS, problems
 

@@ -13,14 +13,14 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 from taskstate.client import ConfigError, TaskState
-from taskstate.client._config import grpc_target
-from taskstate.client._context import (
+from taskstate.client.address import grpc_target
+from taskstate.proto import ids
+from taskstate.proto.properties import (
     APP_OVERRIDE,
     BATCH_ID_OVERRIDE,
     NAMESPACE_PROPERTY,
     SIDECAR_PROPERTY,
 )
-from taskstate.proto import ids
 
 from .connect import SPECULATION, call_with_batch_id, is_connect
 from .connect import configure as configure_connect

@@ -26,7 +26,7 @@ def task_report() -> dict[str, Any]:
     from pyspark import TaskContext
 
     from taskstate.client import ConfigError, TaskStateConfig, TaskStateError
-    from taskstate.client._config import plugin_sidecar
+    from taskstate.client.address import plugin_sidecar
     from taskstate.client.admin import AdminClient
 
     ctx = TaskContext.get()

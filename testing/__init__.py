@@ -1,7 +1,8 @@
 """Helpers to test jobs that use taskstate.
 
-- `FakeSidecar`: the sidecar's gRPC service over in-memory storage, in-process, with
-  fault injection (`fake.storage.fail_next(op, exc)`). No Redis needed.
+- `FakeSidecar`: the sidecar's gRPC service and its real commit protocol, in-process,
+  over a private redis-server it starts (or a Redis you name), with fault injection
+  (`fake.storage.fail_next(op, exc)`) and `fake.client()` to look at what is stored.
 - `RedisServer`, `SidecarProcess`: a real redis-server and the real sidecar on
   temporary Unix sockets, each killable (`kill()` sends SIGKILL). A sidecar started with
   `extra=["--metrics-port", "0"]` reads its own metrics: `side.metrics()`.

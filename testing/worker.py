@@ -13,8 +13,8 @@ from typing import Any
 
 from taskstate.client import TaskState
 from taskstate.client._cache import sessions
-from taskstate.client._config import _ancestors
 from taskstate.client._context import TaskIdentity, identity
+from taskstate.client.address import ancestors as _ancestors
 
 
 def forget_cached_state() -> None:

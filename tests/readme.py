@@ -12,13 +12,16 @@ from pathlib import Path
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
-def block_after(marker: str, text: str | None = None) -> str:
-    """The fenced code block that follows `<!-- marker:` (its lines, unindented)."""
+def block_after(marker: str, text: str | None = None, *, code: bool = False) -> str:
+    """The fenced code block that follows `<!-- marker:`: its lines unindented, or as
+    they are with `code` (Python)."""
     text = README.read_text() if text is None else text
     head = f"<!-- {marker}:"
     assert head in text, f"README.md has no {head!r} marker"
     after = text.split(head, 1)[1]
     body = after.split("```", 1)[1].split("\n", 1)[1].split("```", 1)[0]
+    if code:
+        return body
     return "\n".join(line.strip() for line in body.splitlines()) + "\n"
 
 

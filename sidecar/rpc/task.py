@@ -97,14 +97,10 @@ class TaskRpcs:
             version=r.version,
             rolled_back=r.rolled_back,
             rolled_back_keys=r.rolled_back_keys,
-            packed_commits=True,
             reused_claim=r.reused_claim,
-            packed_gets=True,
             flush_barrier=self.flush_barrier,
-            text_values=True,
             now_ms=r.now_ms,
             expired=r.expired,
-            open_commit=True,
         )
 
     async def Restore(self, request: pb.RestoreRequest) -> AsyncIterator[pb.RestoreChunk]:  # noqa: N802

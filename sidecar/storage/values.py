@@ -83,19 +83,6 @@ class ChangeSet:
             sum(len(k) + len(v) for k, v in upserts) + sum(map(len, deletes)),
         )
 
-    @property
-    def upserts(self) -> list[tuple[str, bytes]]:
-        """The upserted pairs, values as bytes (the in-memory backend's form)."""
-        if not self.packed_upserts:
-            return []
-        flat = msgpack.unpackb(self.packed_upserts, raw=True)
-        return [(k.decode(), v) for k, v in zip(flat[0::2], flat[1::2], strict=True)]
-
-    @property
-    def deletes(self) -> Sequence[str]:
-        """The deleted keys."""
-        return self.keys[self.n_upserts :]
-
     def __len__(self) -> int:
         return len(self.keys)
 

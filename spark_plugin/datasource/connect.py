@@ -17,9 +17,9 @@ import tempfile
 from pathlib import Path
 
 from taskstate.client import ConfigError, SidecarUnavailableError
-from taskstate.client._config import DEFAULT_SIDECAR, ENV_SIDECAR, grpc_target, plugin_sidecar
-from taskstate.client._context import SIDECAR_PROPERTY
+from taskstate.client.address import DEFAULT_SIDECAR, ENV_SIDECAR, grpc_target, plugin_sidecar
 from taskstate.client.admin import AdminClient
+from taskstate.proto.properties import SIDECAR_PROPERTY
 from taskstate.sidecar.process import SidecarProcess
 
 from .options import FORMAT, Options

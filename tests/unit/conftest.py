@@ -4,6 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from taskstate.client.admin import AdminClient
 from taskstate.testing import FakeSidecar
 
 
@@ -23,4 +24,5 @@ def known_namespace(request: pytest.FixtureRequest) -> None:
     """
     if {"fake", "namespace"} <= set(request.fixturenames):
         f: FakeSidecar = request.getfixturevalue("fake")
-        f.storage.state.records.add(request.getfixturevalue("namespace"))
+        with AdminClient(f.target) as admin:
+            admin.adopt(request.getfixturevalue("namespace"))

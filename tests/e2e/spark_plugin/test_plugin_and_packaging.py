@@ -21,6 +21,8 @@ from taskstate.demo.jobs import expected_state, read_output, read_state, state_f
 from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer
 
+from ...readme import block_after
+
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -233,35 +235,49 @@ def test_spark_package_outputs_run_a_job_with_spark_submit(
     ns = f"submit-{uuid.uuid4().hex[:6]}"
     result = tmp_path / "result.json"
     submit = Path(sys.executable).parent / "spark-submit"
-    r = subprocess.run(
-        [
-            str(submit),
-            "--master",
-            "local[2]",
-            "--jars",
-            str(pkg / "taskstate-plugin.jar"),
-            "--py-files",
-            str(pkg / "taskstate-pyfiles.zip"),
-            "--conf",
-            "spark.plugins=io.taskstate.spark.TaskStatePlugin",
-            "--conf",
-            f"spark.taskstate.redisUrl={redis_server.url}",
-            "--conf",
-            f"spark.taskstate.python={base_python}",
-            "--conf",
-            "spark.ui.enabled=false",
-            str(job),
-            ns,
-            str(result),
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-        start_new_session=True,
-    )
-    assert r.returncode == 0, r.stderr[-4000:]
+    flags = [
+        "--master",
+        "local[2]",
+        "--jars",
+        str(pkg / "taskstate-plugin.jar"),
+        "--py-files",
+        str(pkg / "taskstate-pyfiles.zip"),
+        "--conf",
+        "spark.plugins=io.taskstate.spark.TaskStatePlugin",
+        "--conf",
+        f"spark.taskstate.redisUrl={redis_server.url}",
+        "--conf",
+        f"spark.taskstate.python={base_python}",
+        "--conf",
+        "spark.ui.enabled=false",
+    ]
+
+    def spark_submit(*args: str) -> None:
+        r = subprocess.run(
+            [str(submit), *flags, *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+            start_new_session=True,
+        )
+        assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+
+    # the README's first job, as a user copies it
+    first = tmp_path / "first_job.py"
+    first.write_text(block_after("first-job", code=True))
+    spark_submit(str(first))
+    totals = [
+        json.loads(v)
+        for p in range(8)
+        for v in redis_server.client()
+        .hgetall(data_key("shop-totals", "running-totals", p))
+        .values()
+    ]
+    assert len(totals) == 10 and sum(t["count"] for t in totals) == 100
+    assert sum(t["total"] for t in totals) == sum(range(100))
+    spark_submit(str(job), ns, str(result))
     out = json.loads(result.read_text())
     assert "taskstate-pyfiles.zip" in out["driver_client"]
     assert sorted(row[1] for row in out["rows"]) == [50, 50]

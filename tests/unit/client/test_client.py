@@ -1,8 +1,7 @@
-"""TaskState against the in-process fake sidecar (real gRPC service, memory storage)."""
+"""TaskState against the in-process fake sidecar (real gRPC service, real Redis store)."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import pickle
 import re
@@ -27,9 +26,10 @@ from taskstate.client import (
     _transport,
 )
 from taskstate.client._security import SidecarSecurity
+from taskstate.client.admin import AdminClient
 from taskstate.proto import codes
 from taskstate.sidecar.errors import SidecarError
-from taskstate.sidecar.storage.values import TaskKey
+from taskstate.sidecar.storage.redis.keys import data_key, meta_key
 from taskstate.testing import FakeSidecar
 
 
@@ -41,8 +41,13 @@ def open_state(
     )
 
 
-def stored(fake: FakeSidecar, ns: str, part: int = 0) -> dict[str, bytes]:
-    return dict(fake.storage.state.tasks[TaskKey(ns, "c", part)].data)
+def stored(fake: FakeSidecar, ns: str, part: int = 0, comp: str = "c") -> dict[str, bytes]:
+    raw = fake.client().hgetall(data_key(ns, comp, part))
+    return {k.decode(): v for k, v in raw.items()}
+
+
+def epoch(fake: FakeSidecar, ns: str, part: int = 0) -> int:
+    return int(fake.client().hget(meta_key(ns, "c", part), "epoch"))
 
 
 def test_commit_on_exit_and_restore_in_a_new_process_view(
@@ -72,7 +77,7 @@ def test_same_process_skips_restore_when_it_holds_the_committed_version(
     # another writer changed the state: the version differs, so this process restores
     with open_state(fake, namespace, 2) as s:
         pass
-    fake.storage.state.tasks[TaskKey(namespace, "c", 0)].ver += 1
+    fake.client().hincrby(meta_key(namespace, "c", 0), "ver", 1)
     with open_state(fake, namespace, 3) as s:
         assert dict(s) == {"a": 2} and s.info.restored
 
@@ -170,29 +175,29 @@ def test_fencing_older_attempt_commit_raises_and_writes_nothing(
 def test_state_ahead_is_refused_and_changes_nothing(fake: FakeSidecar, namespace: str) -> None:
     with open_state(fake, namespace, 9) as s:
         s["a"] = 1
-    t = fake.storage.state.tasks[TaskKey(namespace, "c", 0)]
-    epoch = t.epoch
+    before = epoch(fake, namespace)
     with pytest.raises(StateAheadError) as info:
         open_state(fake, namespace, 5).__enter__()
     msg = str(info.value)
     assert f"{namespace}/c/0" in msg and "batch 9" in msg and "batch 5" in msg
     assert "Operator action" in msg
-    assert t.epoch == epoch and stored(fake, namespace) == {"a": b"1"}
+    assert epoch(fake, namespace) == before and stored(fake, namespace) == {"a": b"1"}
 
 
-def test_the_memory_model_refuses_an_unknown_namespace_past_batch_0_until_adopted(
+def test_an_unknown_namespace_past_batch_0_is_refused_until_adopted(
     fake: FakeSidecar, namespace: str
 ) -> None:
-    """The same rule as Redis (test_state_lost.py): the in-memory twin of a lost Redis."""
+    """As test_state_lost.py, through the client: a lost Redis is not a fresh start."""
     ns = f"{namespace}-late"  # not known (the fixture's namespace is)
     with pytest.raises(StateLostError, match=f"taskstate adopt {ns}"):
         open_state(fake, ns, 3).__enter__()
-    assert not [k for k in fake.storage.state.tasks if k.namespace == ns]
+    assert list(fake.client().scan_iter(match=f"*{ns}/*")) == []
     with open_state(fake, f"{namespace}-new", 0) as s:  # a query's batch 0: known from then
         s["a"] = 1
     with open_state(fake, f"{namespace}-new", 1, part=1) as s:
         s["b"] = 1
-    asyncio.run(fake.storage.admin.adopt(ns))
+    with AdminClient(fake.target) as admin:
+        admin.adopt(ns)
     with open_state(fake, ns, 3) as s:
         s["a"] = 1
     assert stored(fake, ns) == {"a": b"1"}
@@ -416,4 +421,4 @@ def test_process_cache_is_bounded_but_keeps_the_current_attempt(
             s["x"] = 1
     with TaskState(ctx, component="a", namespace=namespace, sidecar=fake.target) as s:
         assert s.info.reused_claim and not s.info.rolled_back
-    assert fake.storage.state.tasks[TaskKey(namespace, "a", 0)].data == {"x": b"1"}
+    assert stored(fake, namespace, comp="a") == {"x": b"1"}

@@ -20,7 +20,7 @@ from taskstate.client import (
     TaskStateError,
 )
 from taskstate.client._codec import JsonCodec
-from taskstate.client._config import DEFAULT_SIDECAR, grpc_target
+from taskstate.client.address import DEFAULT_SIDECAR, grpc_target
 from taskstate.proto import ids
 
 
@@ -281,15 +281,15 @@ def test_errors_survive_pickling_between_spark_processes(cls: type[TaskStateErro
 def test_plugin_sidecar_is_found_through_the_process_ancestry(tmp_path: Any) -> None:
     import os
 
-    from taskstate.client import _config
+    from taskstate.client import address
 
     parent = os.getppid()
     sock = tmp_path / f"jvm-{parent}.sock"
     sock.write_text("")  # only its existence matters here
-    _config._found.clear()
+    address._found.clear()
     env = {"TASKSTATE_RUN_DIR": str(tmp_path)}
     try:
-        assert _config.plugin_sidecar(env) == f"unix://{sock}"
+        assert address.plugin_sidecar(env) == f"unix://{sock}"
         resolved = TaskStateConfig.resolve(component="c", namespace="n", env=env)
         assert resolved.sidecar == f"unix://{sock}"
         # an explicit setting still wins
@@ -298,5 +298,13 @@ def test_plugin_sidecar_is_found_through_the_process_ancestry(tmp_path: Any) -> 
             "unix:///explicit.sock"
         )
     finally:
-        _config._found.clear()
-    assert _config.plugin_sidecar({"TASKSTATE_RUN_DIR": str(tmp_path / "none")}) is None
+        address._found.clear()
+    assert address.plugin_sidecar({"TASKSTATE_RUN_DIR": str(tmp_path / "none")}) is None
+
+
+def test_messages_name_a_sidecar_as_users_write_it() -> None:
+    from taskstate.client.address import address, grpc_target
+
+    for spec in ("unix:///run/ts.sock", "tcp://10.0.0.1:7070"):
+        assert address(grpc_target(spec)) == spec
+        assert address(spec) == spec

@@ -9,6 +9,7 @@ import grpc
 import msgpack
 import pytest
 
+from taskstate.client.admin import AdminClient
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 from taskstate.testing import FakeSidecar
@@ -22,8 +23,14 @@ def stub():  # type: ignore[no-untyped-def]
         FakeSidecar() as fake,
         grpc.insecure_channel(fake.target.replace("unix://", "unix:")) as ch,
     ):
-        fake.storage.state.records.add("n")  # a known namespace: its first Open may be at batch 1
+        with AdminClient(fake.target) as admin:
+            admin.adopt("n")  # a known namespace: its first Open may be at batch 1
         yield pb_grpc.TaskStateServiceStub(ch), fake
+
+
+def _data(fake: FakeSidecar) -> dict[bytes, dict[bytes, bytes]]:
+    c = fake.client()
+    return {k: c.hgetall(k) for k in c.scan_iter(match="*:data")}
 
 
 def _open(stub: pb_grpc.TaskStateServiceStub) -> int:
@@ -47,8 +54,7 @@ def test_packed_and_per_entry_forms_combine(stub) -> None:  # type: ignore[no-un
             packed_deletes=msgpack.packb(["c"], use_bin_type=True),
         )
     )  # fmt: skip
-    t = next(iter(fake.storage.state.tasks.values()))
-    assert t.data == {"a": b"1", "b": b"2"}
+    assert list(_data(fake).values()) == [{b"a": b"1", b"b": b"2"}]
 
 
 @pytest.mark.parametrize(
@@ -70,11 +76,11 @@ def test_malformed_blobs_are_refused_and_change_nothing(
 ) -> None:
     s, fake = stub
     epoch = _open(s)
-    before = {k: dict(v.data) for k, v in fake.storage.state.tasks.items()}
+    before = _data(fake)
     with pytest.raises(grpc.RpcError) as info:
         req = pb.CommitRequest(task=TASK, epoch=epoch, batch=1)
         setattr(req, field, blob)
         s.Commit(req)
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert says in (info.value.details() or "") and "n/c/0" in (info.value.details() or "")
-    assert {k: dict(v.data) for k, v in fake.storage.state.tasks.items()} == before
+    assert _data(fake) == before

@@ -47,6 +47,7 @@ def test_what_a_block_with_a_ttl_stores_is_the_envelope_of_each_value() -> None:
 
     from taskstate.client import LocalContext, TaskState
     from taskstate.proto import envelope
+    from taskstate.sidecar.storage.redis.keys import data_key
     from taskstate.testing import FakeSidecar
 
     with FakeSidecar() as fake:
@@ -57,8 +58,8 @@ def test_what_a_block_with_a_ttl_stores_is_the_envelope_of_each_value() -> None:
             s["dict"] = {"a": [1]}
             s.set("own", "x", ttl=5)
             s.set("never", 1, ttl=None)
-        (t,) = fake.storage.state.tasks.values()
-        stored = {k: envelope.parse(v) for k, v in t.data.items()}
+        data = {k.decode(): v for k, v in fake.client().hgetall(data_key("n", "c", 0)).items()}
+        stored = {k: envelope.parse(v) for k, v in data.items()}
     values = {"str": "é", "int": 7, "none": None, "bool": True, "float": 1.5,
               "dict": {"a": [1]}, "own": "x", "never": 1}  # fmt: skip
     assert {k: orjson.loads(v[2]) for k, v in stored.items()} == values
@@ -68,6 +69,6 @@ def test_what_a_block_with_a_ttl_stores_is_the_envelope_of_each_value() -> None:
     (expires,) = block
     assert expires is not None and stored["own"][0] == expires - 55_000
     assert stored["never"][0] is None
-    for k, v in t.data.items():  # the bytes are exactly the envelope of that JSON
+    for k, v in data.items():  # the bytes are exactly the envelope of that JSON
         exp, ver, body = envelope.parse(v)
         assert v == envelope.wrap(body, exp, ver), k

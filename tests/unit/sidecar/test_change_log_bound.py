@@ -1,5 +1,5 @@
 """The change log's bound is one number in two places: commit.lua trims Redis' log, and
-the in-memory twin (and the tests) read LOG_MIN and LOG_FRACTION from storage/base.py."""
+the tests that fill the log past it read LOG_MIN and LOG_FRACTION from storage/values.py."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The partition count on the in-memory twin (FakeSidecar, what users' own tests run on),
-and Spark's hash against values Spark documents. The Redis backend has the same cases
-with real servers in tests/integration/sidecar/test_rescale.py; Spark itself checks the hash in
+"""The partition count through FakeSidecar (what users' own tests run on), and Spark's
+hash against values Spark documents. tests/integration/sidecar/test_rescale.py has the
+rescale's faults with real servers; Spark itself checks the hash in
 tests/e2e/sidecar/test_spark_hash.py."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from taskstate.client import (
 )
 from taskstate.client.admin import AdminClient
 from taskstate.sidecar.spark_hash import murmur3, partition_of
+from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import FakeSidecar
 
 
@@ -42,7 +43,7 @@ def job(fake: FakeSidecar, n: int, batch: int, events: list[tuple[str, int]], **
                     s[k] = s.get(k, 0) + v
 
 
-def test_the_fake_refuses_another_count_and_rescales_like_redis(fake: FakeSidecar) -> None:
+def test_another_count_is_refused_and_a_rescale_moves_the_keys(fake: FakeSidecar) -> None:
     events = [(f"k{i}", i + 1) for i in range(40)]
     job(fake, 4, 0, events)
     with pytest.raises(PartitionCountError, match="taskstate rescale ns/c --to 8"):
@@ -55,10 +56,11 @@ def test_the_fake_refuses_another_count_and_rescales_like_redis(fake: FakeSideca
     assert steps[-1].phase == "done" and steps[-1].keys == 40 and steps[-1].batch == 0
     job(fake, 8, 1, events)
     stored: Counter[str] = Counter()
-    for t, state in fake.storage.state.tasks.items():
-        for k, v in state.data.items():
-            assert partition_of(k, 8) == t.partition
-            stored[k] += int(v)
+    c = fake.client()
+    for p in range(8):
+        for k, v in c.hgetall(data_key("ns", "c", p)).items():
+            assert partition_of(k.decode(), 8) == p
+            stored[k.decode()] += int(v)
     assert stored == Counter({k: 2 * v for k, v in events})
     with pytest.raises(StateChangedError, match="written 0 s ago"):
         list(admin.rescale("ns", "c", 2))
@@ -71,7 +73,7 @@ def test_partitions_must_be_a_positive_count() -> None:
                       sidecar="unix:///x", partitions=bad)  # type: ignore[arg-type]  # fmt: skip
 
 
-def test_the_fake_keeps_edits_through_a_replay_like_redis(fake: FakeSidecar) -> None:
+def test_edits_hold_through_a_replay(fake: FakeSidecar) -> None:
     def batch(b: int, add: int) -> int:
         with TaskState(LocalContext(0, batch_id=b), component="e", namespace="ns",
                        sidecar=fake.target) as s:  # fmt: skip

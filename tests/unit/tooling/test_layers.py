@@ -79,3 +79,21 @@ def test_no_import_circles() -> None:
                 seen.add(m)
                 todo.extend(graph[m])
     assert not circles, circles
+
+
+# the one window into another part's private modules: taskstate.testing.worker shows tests
+# and fault harnesses what a worker process holds (client/_cache, _buffer, _context), so
+# that nothing else reaches into them
+PRIVATE_WINDOWS = {("taskstate.testing.worker", "taskstate.client")}
+
+
+def test_no_part_imports_another_parts_private_modules() -> None:
+    wrong = []
+    for name, f in _modules().items():
+        part = name.split(".")[1]
+        for target in _imports(name, f, module_level=False):
+            other = ".".join(target.split(".")[:2])
+            private = any(p.startswith("_") for p in target.split(".")[2:])
+            if other.split(".")[1] != part and private and (name, other) not in PRIVATE_WINDOWS:
+                wrong.append(f"{name} imports {target}")
+    assert not wrong, wrong
