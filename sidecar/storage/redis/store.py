@@ -29,7 +29,7 @@ from .changelog import changed_keys, log_entry
 from .keys import stash_key, task_keys, ttl_keys
 from .opening import OpenScript
 from .records import NamespaceRecords
-from .replies import text
+from .replies import fields, text
 from .routing import Connection
 from .scan import Scanner, ServerChangedError
 from .scripts import Refused, refusal
@@ -107,8 +107,9 @@ class RedisTaskStore:
         wait = await self._waits.wait_for(durability, task)
         r = await self._opening.run(task, batch, codec, args, partitions, commit, wait)
         r, acked = self._acked(task, durability, wait, r)
-        opened = await self._opened(task, args, r[0])  # (the commit's version is noted)
-        return opened, self._committed(task, batch, r[1], acked)
+        f = fields(r)
+        opened = await self._opened(task, args, f["open"])  # (the commit's version is noted)
+        return opened, self._committed(task, batch, f["commit"], acked)
 
     async def _open_args(
         self,
@@ -146,17 +147,18 @@ class RedisTaskStore:
             await self._records.index(task)
         else:
             await self._records.index_often(task)
+        f = fields(r)
         return OpenResult(
-            epoch=int(r[0]),
-            committed_batch=int(r[1]),
-            position=r[2] if int(r[3]) else None,
-            size=int(r[4]),
-            version=text(r[5]),
-            rolled_back=bool(int(r[6])),
-            rolled_back_keys=int(r[7]),
-            reused_claim=bool(int(r[8])),
-            now_ms=int(r[9]),
-            expired=int(r[10]),
+            epoch=int(f["epoch"]),
+            committed_batch=int(f["batch"]),
+            position=f["position"] if int(f["has_position"]) else None,
+            size=int(f["size"]),
+            version=text(f["version"]),
+            rolled_back=bool(int(f["rolled_back"])),
+            rolled_back_keys=int(f["rolled_back_keys"]),
+            reused_claim=bool(int(f["reused_claim"])),
+            now_ms=int(f["now_ms"]),
+            expired=int(f["expired"]),
         )
 
     async def mark_done(self, task: TaskKey, batch: int, attempt: str) -> bool:
@@ -297,8 +299,12 @@ class RedisTaskStore:
 
     def _committed(self, task: TaskKey, batch: int | None, r: Any, acked: int) -> CommitResult:
         """What commit.lua answered; this sidecar notes the version it saw."""
+        f = fields(r)
         result = CommitResult(
-            version=text(r[0]), size=int(r[1]), replicas_acked=acked, base_version=text(r[2])
+            version=text(f["version"]),
+            size=int(f["size"]),
+            replicas_acked=acked,
+            base_version=text(f["base_version"]),
         )
         self._seen.note(task, result.version, batch)
         return result

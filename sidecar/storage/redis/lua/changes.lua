@@ -8,15 +8,15 @@
 -- cover the caller's version (another generation, trimmed past it, not kept) or more
 -- than ARGV 4 keys changed: restore in full. Errors: TSFENCED <epoch>. Reads only.
 local meta, log = KEYS[1], KEYS[2]
-local m = redis.call('HMGET', meta, 'epoch', 'gen', 'ver', 'log_floor', 'log_ver')
-if m[1] == false or tonumber(m[1]) ~= tonumber(ARGV[1]) then
-  return redis.error_reply('TSFENCED ' .. tostring(m[1]))
+local m = meta_fields(meta, {'epoch', 'gen', 'ver', 'log_floor', 'log_ver'})
+if m.epoch == false or tonumber(m.epoch) ~= tonumber(ARGV[1]) then
+  return redis.error_reply('TSFENCED ' .. tostring(m.epoch))
 end
-local ver = m[3] or '0'
-local token = (m[2] or '') .. ':' .. ver
+local ver = m.ver or '0'
+local token = (m.gen or '') .. ':' .. ver
 local since, now = tonumber(ARGV[2]), tonumber(ver)
-if m[2] ~= ARGV[3] or m[5] ~= ver or since == nil or now == nil
-    or since < tonumber(m[4] or '0') or since > now then
+if m.gen ~= ARGV[3] or m.log_ver ~= ver or since == nil or now == nil
+    or since < tonumber(m.log_floor or '0') or since > now then
   return {token, -1}
 end
 if since == now then return {token, 0} end

@@ -33,23 +33,24 @@
 -- changes since a batch, reads.py). Logging costs one HSET of one string.
 -- A batch in fields mode turns to copy mode when a later change set is as large (the
 -- data with the record applied is the state before the batch).
--- Returns {version, size, base version (the version this change set was applied on)}.
+-- Returns field/value pairs: version, size, base_version (the version this change set was
+-- applied on).
 -- Errors: TSFENCED <epoch>, TSAHEAD <last>, TSCORRUPT <what>.
 -- An error writes nothing.
 local meta, data, undo, log, ttl, ttl_undo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local foreign = not_hashes({data, undo, log})  -- prelude.lua
 if foreign then return foreign end
-local m = redis.call('HMGET', meta, 'epoch', 'batch', 'undo_batch', 'pos', 'ver', 'gen',
-  'undo_mode', 'log_floor', 'log_ver', 'log_n', 'log_floor_batch')
-for i, name in ipairs({'epoch', 'batch', 'undo_batch', 'ver', 'log_floor', 'log_ver',
+local m = meta_fields(meta, {'epoch', 'batch', 'undo_batch', 'pos', 'ver', 'gen',
+  'undo_mode', 'log_floor', 'log_ver', 'log_n', 'log_floor_batch'})
+for _, name in ipairs({'epoch', 'batch', 'undo_batch', 'ver', 'log_floor', 'log_ver',
     'log_n'}) do
-  local v = m[({1, 2, 3, 5, 8, 9, 10})[i]]
+  local v = m[name]
   if v and tonumber(v) == nil then
     return redis.error_reply('TSCORRUPT metadata field ' .. name .. ' is not a number')
   end
 end
-if m[1] == false or tonumber(m[1]) ~= tonumber(ARGV[1]) then
-  return redis.error_reply('TSFENCED ' .. tostring(m[1]))
+if m.epoch == false or tonumber(m.epoch) ~= tonumber(ARGV[1]) then
+  return redis.error_reply('TSFENCED ' .. tostring(m.epoch))
 end
 local has_batch = ARGV[2] ~= ''
 local track = false
@@ -61,11 +62,11 @@ local nchanges = #ups / 2 + #dels
 local has_ttl = redis.call('EXISTS', ttl) == 1
 if has_batch then
   local batch = tonumber(ARGV[2])
-  local last = tonumber(m[2] or '-1')
+  local last = tonumber(m.batch or '-1')
   if batch < last then
     return redis.error_reply('TSAHEAD ' .. string.format('%d', last))
   end
-  if batch > last or tonumber(m[3] or '-2') ~= batch then
+  if batch > last or tonumber(m.undo_batch or '-2') ~= batch then
     -- In a slot being migrated, Redis refuses a script's access to a key that is missing,
     -- even one the script deleted itself. So copy mode uses COPY ... REPLACE rather than
     -- UNLINK + COPY. Fields mode must re-create the record it deleted; if that access is
@@ -73,7 +74,7 @@ if has_batch then
     -- consistent: the record is empty and the data untouched, so a replay rolls back
     -- nothing and the retried commit records the keys afresh once the slot has moved.
     local prev_pos = ''
-    if m[4] then prev_pos = '+' .. m[4] end
+    if m.pos then prev_pos = '+' .. m.pos end
     local size = redis.call('HLEN', data)
     local mode = 'fields'
     if size <= 4 * nchanges then mode = 'copy' end
@@ -85,13 +86,13 @@ if has_batch then
     redis.call('UNLINK', ttl_undo)  -- a copy of the index, as older sidecars made
     -- copy mode does not copy the expiry index: a rollback rebuilds it from the copy's
     -- values (exact entries: a valid index) when one existed (undo_ttl, open.lua)
-    redis.call('HSET', meta, 'undo_batch', ARGV[2], 'prev_batch', m[2] or '-1',
+    redis.call('HSET', meta, 'undo_batch', ARGV[2], 'prev_batch', m.batch or '-1',
       'prev_pos', prev_pos, 'batch', ARGV[2], 'undo_mode', mode, 'undo_n', '0',
       'undo_ttl', (mode == 'copy' and has_ttl) and '1' or '0')
-    m[7] = mode
+    m.undo_mode = mode
     fresh = true
   end
-  if m[7] == 'fields' and not fresh then
+  if m.undo_mode == 'fields' and not fresh then
     local size = redis.call('HLEN', data)
     if size > 0 and size <= 4 * nchanges then
       -- A large change set late in the batch (a flush of held group changes after a
@@ -110,10 +111,10 @@ if has_batch then
       redis.call('UNLINK', ttl_undo)
       redis.call('HSET', meta, 'undo_mode', 'copy', 'undo_n', string.format('%d', #u / 2),
         'undo_ttl', had_ttl and '1' or '0')
-      m[7] = 'copy'
+      m.undo_mode = 'copy'
     end
   end
-  if m[7] == 'copy' then
+  if m.undo_mode == 'copy' then
     redis.call('HINCRBY', meta, 'undo_n', nchanges)
   else
     track = true
@@ -171,16 +172,16 @@ end
 if ARGV[3] ~= '' then
   redis.call('HSET', meta, 'pos', string.sub(ARGV[3], 2))
 end
-local base = tonumber(m[5] or '0')
+local base = tonumber(m.ver or '0')
 local ver = base + 1
 local vs = string.format('%d', ver)
 -- the change log: this change set's keys, at this version
-local floor = tonumber(m[8] or '0')
-local logged = tonumber(m[10] or '0')
-local floor_batch = m[11]
-if m[9] == false or tonumber(m[9]) ~= base then
+local floor = tonumber(m.log_floor or '0')
+local logged = tonumber(m.log_n or '0')
+local floor_batch = m.log_floor_batch
+if m.log_ver == false or tonumber(m.log_ver) ~= base then
   -- versions up to base were written without the log (or it never existed): start afresh
-  floor, logged, floor_batch = base, 0, m[2] or '-1'
+  floor, logged, floor_batch = base, 0, m.batch or '-1'
   redis.call('UNLINK', log)
 end
 local tag = '-1'
@@ -209,4 +210,5 @@ end
 -- a large change set's unpacked keys and values are garbage now: free them (prelude.lua)
 ups, dels = nil, nil
 free_lua_heap()
-return {m[6] .. ':' .. vs, size, m[6] .. ':' .. string.format('%d', base)}
+return {'version', m.gen .. ':' .. vs, 'size', size,
+  'base_version', m.gen .. ':' .. string.format('%d', base)}

@@ -9,10 +9,10 @@
 -- (open.lua: the stash), to be made the state again if the late attempt never finishes;
 -- once an attempt finishes the batch, the stash is dropped.
 local meta, stash = KEYS[1], KEYS[2]
-local m = redis.call('HMGET', meta, 'claim', 'claim_batch', 'stash_batch')
-if m[1] ~= ARGV[2] or m[2] ~= ARGV[1] then return 0 end
+local m = meta_fields(meta, {'claim', 'claim_batch', 'stash_batch'})
+if m.claim ~= ARGV[2] or m.claim_batch ~= ARGV[1] then return 0 end
 redis.call('HSET', meta, 'done_batch', ARGV[1], 'done_by', ARGV[2])
-if m[3] then
+if m.stash_batch then
   redis.call('UNLINK', stash)
   redis.call('HDEL', meta, unpack(STASH_FIELDS))  -- prelude.lua
 end

@@ -15,15 +15,15 @@ local meta, data, undo, log, edits, ttl = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KE
 local foreign = not_hashes({data, undo, log, edits})  -- prelude.lua
 if foreign then return foreign end
 if redis.call('EXISTS', meta) == 0 then return redis.error_reply('TSNOTASK') end
-local m = redis.call('HMGET', meta, 'rescale', 'ver', 'log_ver', 'log_n', 'batch',
-  'undo_mode', 'codec', 'edit_batch')
-if m[1] then return redis.error_reply('TSRESCALING ' .. m[1]) end
-if m[7] and m[7] ~= ARGV[3] then return redis.error_reply('TSCODEC ' .. m[7]) end
+local m = meta_fields(meta, {'rescale', 'ver', 'log_ver', 'log_n', 'batch', 'undo_mode',
+  'codec', 'edit_batch'})
+if m.rescale then return redis.error_reply('TSRESCALING ' .. m.rescale) end
+if m.codec and m.codec ~= ARGV[3] then return redis.error_reply('TSCODEC ' .. m.codec) end
 local key, value = ARGV[1], ARGV[2]
 local had = redis.call('HEXISTS', data, key)
 if value == '' then
   redis.call('HDEL', data, key)
-  if m[6] == 'copy' then
+  if m.undo_mode == 'copy' then
     redis.call('HDEL', undo, key)
   elseif redis.call('HEXISTS', undo, key) == 1 then
     redis.call('HSET', undo, key, '')  -- rolled back: absent
@@ -32,16 +32,17 @@ else
   redis.call('HSET', data, key, value)
 end
 ttl_sync(ttl, {key, value}, 1, 2, true)  -- prelude.lua: a value with an expiry, or none
-local ver = tonumber(m[2] or '0')
+local ver = tonumber(m.ver or '0')
 local nv = string.format('%d', ver + 1)
-if m[3] and tonumber(m[3]) == ver then
+if m.log_ver and tonumber(m.log_ver) == ver then
   -- logged as a change of the batch after the last written one: the job sees it from then
-  local tag = string.format('%d', tonumber(m[5] or '-1') + 1)
+  local tag = string.format('%d', tonumber(m.batch or '-1') + 1)
   redis.call('HSET', log, nv, cmsgpack.pack({key}), '#' .. nv, 1, 'b' .. nv, tag)
-  redis.call('HSET', meta, 'log_ver', nv, 'log_n', string.format('%d', tonumber(m[4] or '0') + 1))
+  redis.call('HSET', meta, 'log_ver', nv,
+    'log_n', string.format('%d', tonumber(m.log_n or '0') + 1))
 end
-if not m[8] then redis.call('DEL', edits) end  -- left by a task since replaced (import)
+if not m.edit_batch then redis.call('DEL', edits) end  -- left by a task since replaced (import)
 redis.call('HSET', edits, key, value)
-redis.call('HSET', meta, 'ver', nv, 'edit_batch', m[5] or '-1', 'edited_at', ARGV[4],
+redis.call('HSET', meta, 'ver', nv, 'edit_batch', m.batch or '-1', 'edited_at', ARGV[4],
   'updated_at', ARGV[4], 'size', string.format('%d', redis.call('HLEN', data)), 'size_ver', nv)
 return had

@@ -25,8 +25,9 @@
 -- A rollback is a new version in the change log (commit.lua): in fields mode the keys
 -- it restored are logged at that version; in copy mode (the batch touched a large share
 -- of the state) the log starts afresh, so workers holding older versions restore in full.
--- Returns {epoch, committed_batch, position|false, has_position, size, version,
---          rolled_back, rolled_back_keys, reused_claim}
+-- Returns field/value pairs (replies.py `fields` reads them by name): epoch, batch (the
+-- committed one), position (false: none), has_position, size, version, rolled_back,
+-- rolled_back_keys, reused_claim, now_ms, expired.
 -- Lost state (Redis evicted, flushed or failed over): meta 'size' is the data's size
 -- after the write of version 'size_ver', so metadata whose data is gone (when size_ver
 -- is the current version: a sidecar older than 'size' may have written since, in a
@@ -59,43 +60,43 @@ local meta, data, undo, log, edits, ttl, ttl_undo, stash =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local foreign = not_hashes({data, undo, log, edits, stash})  -- prelude.lua
 if foreign then return foreign end
-local m = redis.call('HMGET', meta, 'layout', 'epoch', 'batch', 'gen', 'ver', 'codec',
+local m = meta_fields(meta, {'layout', 'epoch', 'batch', 'gen', 'ver', 'codec',
   'undo_batch', 'prev_batch', 'prev_pos', 'pos', 'undo_mode', 'undo_n', 'claim',
   'claim_batch', 'superseded', 'log_ver', 'log_n', 'size', 'size_ver', 'partitions',
-  'rescale', 'edit_batch', 'now_batch', 'now_ms', 'time', 'undo_ttl', 'done_by', 'done_batch',
-  'stash_batch', 'stash_gen', 'stash_pos', 'stash_ttl', 'stash_size')
+  'rescale', 'edit_batch', 'now_batch', 'now_ms', 'time', 'undo_ttl', 'done_by',
+  'done_batch', 'stash_batch', 'stash_gen', 'stash_pos', 'stash_ttl', 'stash_size'})
 local has_data = redis.call('EXISTS', data) == 1
 if redis.call('EXISTS', meta) == 0 then
   if has_data then
     return redis.error_reply('TSLOST meta ' .. string.format('%d', redis.call('HLEN', data)))
   end
   if ARGV[7] == '1' then return redis.error_reply('TSNEW') end
-elseif not has_data and (tonumber(m[18]) or 0) > 0 and m[19] == (m[5] or '0') then
-  return redis.error_reply('TSLOST data ' .. tostring(m[3] or '-1') .. ' ' .. m[18])
+elseif not has_data and (tonumber(m.size) or 0) > 0 and m.size_ver == (m.ver or '0') then
+  return redis.error_reply('TSLOST data ' .. tostring(m.batch or '-1') .. ' ' .. m.size)
 end
-if m[1] and m[1] ~= '1' then
-  return redis.error_reply('TSCORRUPT layout version ' .. tostring(m[1]) .. ' is not 1')
+if m.layout and m.layout ~= '1' then
+  return redis.error_reply('TSCORRUPT layout version ' .. tostring(m.layout) .. ' is not 1')
 end
-if m[6] and m[6] ~= ARGV[5] then
-  return redis.error_reply('TSCODEC ' .. m[6])
+if m.codec and m.codec ~= ARGV[5] then
+  return redis.error_reply('TSCODEC ' .. m.codec)
 end
-if m[21] then return redis.error_reply('TSRESCALING ' .. m[21]) end
+if m.rescale then return redis.error_reply('TSRESCALING ' .. m.rescale) end
 local event = ARGV[12] ~= ''
-if m[25] == 'event' and not event then return redis.error_reply('TSTIME') end
-local recorded = tonumber(m[20] or '')
+if m.time == 'event' and not event then return redis.error_reply('TSTIME') end
+local recorded = tonumber(m.partitions or '')
 if recorded and ((ARGV[10] ~= '' and tonumber(ARGV[10]) ~= recorded)
     or tonumber(ARGV[11]) >= recorded) then
-  return redis.error_reply('TSPARTS ' .. m[20])
+  return redis.error_reply('TSPARTS ' .. m.partitions)
 end
-local last = tonumber(m[3] or '-1')
-local epoch = tonumber(m[2] or '0')
-local ver = tonumber(m[5] or '0')
+local last = tonumber(m.batch or '-1')
+local epoch = tonumber(m.epoch or '0')
+local ver = tonumber(m.ver or '0')
 if last == nil or epoch == nil or ver == nil then
   return redis.error_reply('TSCORRUPT metadata field batch, epoch or ver is not a number')
 end
-if ARGV[8] ~= '' and m[4] == ARGV[8] and tonumber(ARGV[9]) > ver then
+if ARGV[8] ~= '' and m.gen == ARGV[8] and tonumber(ARGV[9]) > ver then
   -- this sidecar saw a later version of this generation: Redis lost the latest commits
-  return redis.error_reply('TSLOST behind ' .. tostring(m[3] or '-1') .. ' ' ..
+  return redis.error_reply('TSLOST behind ' .. tostring(m.batch or '-1') .. ' ' ..
     string.format('%d', ver))
 end
 local has_batch = ARGV[1] ~= ''
@@ -104,80 +105,85 @@ if has_batch and last > batch then
   return redis.error_reply('TSAHEAD ' .. string.format('%d', last))
 end
 local attempt = ARGV[6]
-local gen = m[4] or ARGV[2]
-if attempt ~= '' and m[13] == attempt and m[14] == ARGV[1] then
+local gen = m.gen or ARGV[2]
+if attempt ~= '' and m.claim == attempt and m.claim_batch == ARGV[1] then
   -- the attempt that holds the claim, from another process: share it
-  local pos, has_pos = m[10], 1
+  local pos, has_pos = m.pos, 1
   if not pos then pos, has_pos = false, 0 end
-  return {epoch, last, pos, has_pos, redis.call('HLEN', data),
-    gen .. ':' .. string.format('%d', ver), 0, 0, 1, m[24] or ARGV[13], 0}
+  return {'epoch', epoch, 'batch', last, 'position', pos, 'has_position', has_pos,
+    'size', redis.call('HLEN', data), 'version', gen .. ':' .. string.format('%d', ver),
+    'rolled_back', 0, 'rolled_back_keys', 0, 'reused_claim', 1,
+    'now_ms', m.now_ms or ARGV[13], 'expired', 0}
 end
-local superseded = m[15] or ''
+local superseded = m.superseded or ''
 if attempt ~= '' and string.find(' ' .. superseded .. ' ', ' ' .. attempt .. ' ', 1, true) then
   return redis.error_reply('TSFENCED ' .. string.format('%d', epoch))
 end
 local scope, id = string.match(attempt, '^(.*):(%d+)$')
-local cscope, cid = string.match(m[13] or '', '^(.*):(%d+)$')
-if has_batch and m[14] == ARGV[1] and scope and scope == cscope
+local cscope, cid = string.match(m.claim or '', '^(.*):(%d+)$')
+if has_batch and m.claim_batch == ARGV[1] and scope and scope == cscope
     and tonumber(id) < tonumber(cid) then
   -- an attempt Spark launched before the one that claimed this batch (same application:
   -- task attempt ids grow with each launch) that opens only now: a zombie of a failed
   -- stage attempt or a slow original beside a speculative copy
   return redis.error_reply('TSFENCED ' .. string.format('%d', epoch))
 end
-if m[13] and m[13] ~= attempt then
+if m.claim and m.claim ~= attempt then
   local kept = {}
   for a in string.gmatch(superseded, '%S+') do kept[#kept + 1] = a end
-  kept[#kept + 1] = m[13]
+  kept[#kept + 1] = m.claim
   superseded = table.concat(kept, ' ', math.max(1, #kept - SUPERSEDED_MAX + 1))
 end
 epoch = epoch + 1
-local stash_b = tonumber(m[29] or '')
+local stash_b = tonumber(m.stash_batch or '')
 if stash_b and has_batch and batch > stash_b then
   -- The first claim of a later batch finds a stash (see below): the late attempt that
   -- rolled a finished batch back never finished it (Spark killed it when the stage
   -- ended, having counted the other attempt). The finished batch is the state again.
   local has_stash = redis.call('EXISTS', stash) == 1
-  if m[30] == m[4] and not has_stash and (tonumber(m[33] or '0') or 0) > 0 then
+  if m.stash_gen == m.gen and not has_stash and (tonumber(m.stash_size or '0') or 0) > 0 then
     -- the copy of a finished batch with keys is gone (Redis lost it): nothing written
-    return redis.error_reply('TSLOST stash ' .. m[29] .. ' ' .. m[33])
+    return redis.error_reply('TSLOST stash ' .. m.stash_batch .. ' ' .. m.stash_size)
   end
-  if m[30] == m[4] then  -- same generation: no rescale, import or seed came between
+  if m.stash_gen == m.gen then  -- same generation: no rescale, import or seed came between
     if has_stash then
       redis.call('RENAME', stash, data)
     else
       redis.call('UNLINK', data)
     end
     redis.call('UNLINK', ttl, ttl_undo, undo)
-    if m[32] == '1' then rebuild_index(ttl, data) end  -- prelude.lua
+    if m.stash_ttl == '1' then rebuild_index(ttl, data) end  -- prelude.lua
     ver = ver + 1
     local nv = string.format('%d', ver)
     redis.call('UNLINK', log)  -- the log starts afresh: workers restore in full
-    redis.call('HSET', meta, 'batch', m[29], 'log_floor', nv, 'log_ver', nv, 'log_n', '0',
-      'log_floor_batch', m[29])
+    redis.call('HSET', meta, 'batch', m.stash_batch, 'log_floor', nv, 'log_ver', nv, 'log_n', '0',
+      'log_floor_batch', m.stash_batch)
     redis.call('HDEL', meta, 'undo_batch', 'prev_batch', 'prev_pos', 'undo_mode', 'undo_n',
       'undo_ttl')
     redis.call('HINCRBY', meta, 'finished_restored', 1)
     last = stash_b
-    m[10] = nil
-    if m[31] and string.sub(m[31], 1, 1) == '+' then m[10] = string.sub(m[31], 2) end
-    if m[10] then redis.call('HSET', meta, 'pos', m[10]) else redis.call('HDEL', meta, 'pos') end
+    m.pos = nil
+    if m.stash_pos and string.sub(m.stash_pos, 1, 1) == '+' then
+      m.pos = string.sub(m.stash_pos, 2)
+    end
+    if m.pos then redis.call('HSET', meta, 'pos', m.pos) else redis.call('HDEL', meta, 'pos') end
   else
     redis.call('UNLINK', stash)
   end
   redis.call('HDEL', meta, unpack(STASH_FIELDS))  -- prelude.lua
   stash_b = nil
 end
-local pos = m[10]
+local pos = m.pos
 local rolled, nrolled = 0, 0
 if has_batch and last == batch and last >= 0 then
-  if tonumber(m[7] or '-2') ~= batch then
+  if tonumber(m.undo_batch or '-2') ~= batch then
     -- only the last written batch can be rolled back, and that record was used already:
     -- the checkpoint is older than the state
     return redis.error_reply('TSNOUNDO ' .. string.format('%d', last))
   end
-  local dscope = string.match(m[27] or '', '^(.*):%d+$')
-  if m[28] == ARGV[1] and m[27] ~= attempt and scope and scope == dscope and not stash_b then
+  local dscope = string.match(m.done_by or '', '^(.*):%d+$')
+  if m.done_batch == ARGV[1] and m.done_by ~= attempt and scope and scope == dscope
+      and not stash_b then
     -- Another attempt of this application finished this batch (done.lua: the plugin's
     -- flush), and this one replays it: a zombie of a failed stage attempt, a speculative
     -- copy, or a map task Spark runs again because its output was lost. Spark may
@@ -187,15 +193,15 @@ if has_batch and last == batch and last >= 0 then
     redis.call('UNLINK', stash)
     if redis.call('EXISTS', data) == 1 then redis.call('COPY', data, stash) end
     local spos = ''
-    if m[10] then spos = '+' .. m[10] end
+    if m.pos then spos = '+' .. m.pos end
     redis.call('HSET', meta, 'stash_batch', ARGV[1], 'stash_gen', gen, 'stash_pos', spos,
-      'stash_ttl', redis.call('EXISTS', ttl) == 1 and '1' or '0', 'stash_by', m[27],
+      'stash_ttl', redis.call('EXISTS', ttl) == 1 and '1' or '0', 'stash_by', m.done_by,
       'stash_size', string.format('%d', redis.call('HLEN', data)))
   end
   -- the log goes on only if it covered every version so far (log_ver = ver)
-  local logged = m[16] and tonumber(m[16]) == ver
+  local logged = m.log_ver and tonumber(m.log_ver) == ver
   local newver = ver + 1
-  if m[11] == 'copy' then
+  if m.undo_mode == 'copy' then
     -- undo is the data as it was before the batch (absent: there was none)
     if redis.call('EXISTS', undo) == 1 then
       -- RENAME replaces data in one step: deleting it first would make it a missing key
@@ -208,9 +214,9 @@ if has_batch and last == batch and last >= 0 then
       redis.call('RENAME', ttl_undo, ttl)
     else
       redis.call('UNLINK', ttl)
-      if m[26] == '1' then rebuild_index(ttl, data) end  -- prelude.lua
+      if m.undo_ttl == '1' then rebuild_index(ttl, data) end  -- prelude.lua
     end
-    nrolled = tonumber(m[12] or '0')
+    nrolled = tonumber(m.undo_n or '0')
     logged = false
   else
     local u = redis.call('HGETALL', undo)
@@ -221,14 +227,14 @@ if has_batch and last == batch and last >= 0 then
       local nv = string.format('%d', newver)
       redis.call('HSET', log, nv, cmsgpack.pack(undone), '#' .. nv, #undone, 'b' .. nv, ARGV[1])
       redis.call('HSET', meta, 'log_n',
-        string.format('%d', tonumber(m[17] or '0') + #undone))
+        string.format('%d', tonumber(m.log_n or '0') + #undone))
     end
     redis.call('DEL', undo)
   end
-  local prev = m[8] or '-1'
+  local prev = m.prev_batch or '-1'
   redis.call('HSET', meta, 'batch', prev)
   last = tonumber(prev)
-  pos = m[9]
+  pos = m.prev_pos
   if pos and string.sub(pos, 1, 1) == '+' then
     pos = string.sub(pos, 2)
     redis.call('HSET', meta, 'pos', pos)
@@ -244,26 +250,26 @@ if has_batch and last == batch and last >= 0 then
   else
     redis.call('UNLINK', log)
     redis.call('HSET', meta, 'log_floor', string.format('%d', newver),
-      'log_ver', string.format('%d', newver), 'log_n', '0', 'log_floor_batch', m[8] or '-1')
+      'log_ver', string.format('%d', newver), 'log_n', '0', 'log_floor_batch', m.prev_batch or '-1')
   end
   ver = newver
   rolled = 1
 end
-if not m[4] then redis.call('UNLINK', log) end  -- a new generation: no old log applies
-local edit_batch = m[22]  -- a rollback leaves it as it was
+if not m.gen then redis.call('UNLINK', log) end  -- a new generation: no old log applies
+local edit_batch = m.edit_batch  -- a rollback leaves it as it was
 if edit_batch and (not has_batch or batch > tonumber(edit_batch)) then
   local e = redis.call('HGETALL', edits)
   local ks = apply_record(data, e)  -- prelude.lua: '' deletes
   ttl_sync(ttl, e, 1, #e, true)
   local newver = ver + 1
   local nv = string.format('%d', newver)
-  local lv = redis.call('HMGET', meta, 'log_ver', 'log_n')
-  if #ks > 0 and tonumber(lv[1] or '-1') == ver then
+  local lv = meta_fields(meta, {'log_ver', 'log_n'})
+  if #ks > 0 and tonumber(lv.log_ver or '-1') == ver then
     local tag = ARGV[1]
     if not has_batch then tag = '-1' end
     redis.call('HSET', log, nv, cmsgpack.pack(ks), '#' .. nv, #ks, 'b' .. nv, tag)
     redis.call('HSET', meta, 'log_ver', nv, 'log_n',
-      string.format('%d', tonumber(lv[2] or '0') + #ks))
+      string.format('%d', tonumber(lv.log_n or '0') + #ks))
   end
   if #ks > 0 then ver = newver end
   redis.call('DEL', edits)
@@ -272,7 +278,7 @@ end
 -- expiry: the batch's now, and the keys it finds expired
 local now_b = tonumber(ARGV[13])
 if event then now_b = tonumber(ARGV[12]) end
-if has_batch and m[23] == ARGV[1] and m[24] then now_b = tonumber(m[24]) end
+if has_batch and m.now_batch == ARGV[1] and m.now_ms then now_b = tonumber(m.now_ms) end
 local expired = 0
 if redis.call('EXISTS', ttl) == 1 then
   local gone, old = take_expired(ttl, data, now_b)  -- prelude.lua
@@ -281,12 +287,12 @@ if redis.call('EXISTS', ttl) == 1 then
     if has_batch then
       -- a write of this batch: its rollback record (a fresh one: a replay rolled back the
       -- last one above) holds the expired keys, so a replay of the batch restores them
-      local cur = redis.call('HMGET', meta, 'batch', 'undo_batch')
-      if tonumber(cur[1] or '-1') ~= batch or cur[2] ~= ARGV[1] then
+      local cur = meta_fields(meta, {'batch', 'undo_batch'})
+      if tonumber(cur.batch or '-1') ~= batch or cur.undo_batch ~= ARGV[1] then
         local prev_pos = ''
         if pos then prev_pos = '+' .. pos end
         redis.call('UNLINK', undo, ttl_undo)
-        redis.call('HSET', meta, 'undo_batch', ARGV[1], 'prev_batch', cur[1] or '-1',
+        redis.call('HSET', meta, 'undo_batch', ARGV[1], 'prev_batch', cur.batch or '-1',
           'prev_pos', prev_pos, 'batch', ARGV[1], 'undo_mode', 'fields', 'undo_n', '0')
       end
       for i = 1, #old, 2 * CH do
@@ -298,13 +304,13 @@ if redis.call('EXISTS', ttl) == 1 then
     end
     local newver = ver + 1
     local nv = string.format('%d', newver)
-    local lv = redis.call('HMGET', meta, 'log_ver', 'log_n')
-    if tonumber(lv[1] or '-1') == ver then
+    local lv = meta_fields(meta, {'log_ver', 'log_n'})
+    if tonumber(lv.log_ver or '-1') == ver then
       local tag = ARGV[1]
       if not has_batch then tag = '-1' end
       redis.call('HSET', log, nv, cmsgpack.pack(gone), '#' .. nv, #gone, 'b' .. nv, tag)
       redis.call('HSET', meta, 'log_ver', nv, 'log_n',
-        string.format('%d', tonumber(lv[2] or '0') + #gone))
+        string.format('%d', tonumber(lv.log_n or '0') + #gone))
     end
     ver = newver
     expired = #gone
@@ -326,11 +332,12 @@ else
 end
 if superseded ~= '' then redis.call('HSET', meta, 'superseded', superseded) end
 if not recorded and ARGV[10] ~= '' then redis.call('HSET', meta, 'partitions', ARGV[10]) end
-if not m[3] then
+if not m.batch then
   redis.call('HSET', meta, 'batch', '-1')
 end
 local has_pos = 0
 if pos then has_pos = 1 else pos = false end
-return {epoch, last, pos, has_pos, size,
-  gen .. ':' .. string.format('%d', ver), rolled, nrolled, 0, string.format('%d', now_b),
-  expired}
+return {'epoch', epoch, 'batch', last, 'position', pos, 'has_position', has_pos,
+  'size', size, 'version', gen .. ':' .. string.format('%d', ver), 'rolled_back', rolled,
+  'rolled_back_keys', nrolled, 'reused_claim', 0, 'now_ms', string.format('%d', now_b),
+  'expired', expired}

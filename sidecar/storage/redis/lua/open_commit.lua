@@ -3,7 +3,7 @@
 -- KEYS: open.lua's (commit.lua takes 1 meta, 2 data, 3 undo, 4 log, 6 ttl, 7 ttl_undo)
 -- ARGV: open.lua's 1-13, then commit.lua's 14 position, 15 log_entry, 16 upserts,
 --       17 deletes (its batch, now and writer are open.lua's 1, 3 and 4)
--- Returns {open.lua's reply, commit.lua's reply}.
+-- Returns field/value pairs: open (open.lua's reply), commit (commit.lua's).
 -- Errors: open.lua's, and nothing is written; then commit.lua's, and the claim stays taken,
 -- as after an Open whose Commit was refused (the client sees the error either way).
 local function open_part(KEYS, ARGV)
@@ -16,7 +16,7 @@ local opened = open_part(KEYS, ARGV)
 if opened.err then return opened end
 local committed = commit_part(
   {KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7]},
-  {string.format('%d', opened[1]), ARGV[1], ARGV[14], ARGV[3], ARGV[4], ARGV[15], ARGV[16],
+  {string.format('%d', reply_field(opened, 'epoch')), ARGV[1], ARGV[14], ARGV[3], ARGV[4], ARGV[15], ARGV[16],
    ARGV[17]})
 if committed.err then return committed end
-return {opened, committed}
+return {'open', opened, 'commit', committed}

@@ -1,4 +1,22 @@
 -- Shared by every script (scripts.py puts it first).
+
+-- meta_fields(key, names): HMGET of a metadata hash as a table keyed by field name (false
+-- for a field that is not set, as HMGET answers). Scripts read `m.epoch`, never `m[2]`.
+local function meta_fields(key, names)
+  local values = redis.call('HMGET', key, unpack(names))
+  local t = {}
+  for i = 1, #names do t[names[i]] = values[i] end
+  return t
+end
+
+-- reply_field(reply, name): the value of `name` in a reply of field/value pairs (the form
+-- open.lua and commit.lua answer in; replies.py's `fields` reads them on the other side).
+local function reply_field(reply, name)
+  for i = 1, #reply, 2 do
+    if reply[i] == name then return reply[i + 1] end
+  end
+  return nil
+end
 -- not_hashes(keys): the error reply for the first key that exists and is not a hash, or
 -- nil. A data, rollback or log key of another type would fail a write half-way: the
 -- scripts that write refuse first.

@@ -11,21 +11,21 @@
 -- {version, committed batch, 0, oldest batch covered} when the log does not reach back.
 -- Errors: TSNOTASK, TSRESCALING <lock>. Reads only.
 local meta, data, log = KEYS[1], KEYS[2], KEYS[3]
-local m = redis.call('HMGET', meta, 'gen', 'ver', 'batch', 'rescale', 'log_floor', 'log_ver',
-  'log_floor_batch')
-if m[4] then return redis.error_reply('TSRESCALING ' .. m[4]) end
-if not m[1] then return redis.error_reply('TSNOTASK') end
-local ver = tonumber(m[2] or '0')
-local batch = tonumber(m[3] or '-1')
-local token = m[1] .. ':' .. string.format('%d', ver)
+local m = meta_fields(meta, {'gen', 'ver', 'batch', 'rescale', 'log_floor', 'log_ver',
+  'log_floor_batch'})
+if m.rescale then return redis.error_reply('TSRESCALING ' .. m.rescale) end
+if not m.gen then return redis.error_reply('TSNOTASK') end
+local ver = tonumber(m.ver or '0')
+local batch = tonumber(m.batch or '-1')
+local token = m.gen .. ':' .. string.format('%d', ver)
 local since = tonumber(ARGV[1])
-local floor = tonumber(m[5] or '0')
+local floor = tonumber(m.log_floor or '0')
 local covered = batch  -- without a usable log: only "nothing changed after the last batch"
-if m[6] and tonumber(m[6]) == ver then
+if m.log_ver and tonumber(m.log_ver) == ver then
   if floor == 0 then
     covered = -1
-  elseif m[7] then
-    covered = tonumber(m[7])
+  elseif m.log_floor_batch then
+    covered = tonumber(m.log_floor_batch)
   end
 end
 if since < covered then

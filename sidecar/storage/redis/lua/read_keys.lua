@@ -6,12 +6,12 @@
 -- Returns {version, committed batch, value1 | false, value2 | false, ...}.
 -- Errors: TSNOTASK (no such task), TSRESCALING <lock> (a rescale or a write holds it),
 -- TSMOVED <counter> (the state moved on since an earlier page). Reads only.
-local m = redis.call('HMGET', KEYS[1], 'gen', 'ver', 'batch', 'rescale')
-if m[4] then return redis.error_reply('TSRESCALING ' .. m[4]) end
-if not m[1] then return redis.error_reply('TSNOTASK') end
-local ver = m[2] or '0'
+local m = meta_fields(KEYS[1], {'gen', 'ver', 'batch', 'rescale'})
+if m.rescale then return redis.error_reply('TSRESCALING ' .. m.rescale) end
+if not m.gen then return redis.error_reply('TSNOTASK') end
+local ver = m.ver or '0'
 if ARGV[1] ~= '' and ver ~= ARGV[1] then return redis.error_reply('TSMOVED ' .. ver) end
-local out = {m[1] .. ':' .. ver, m[3] or '-1'}
+local out = {m.gen .. ':' .. ver, m.batch or '-1'}
 local CH = 2000
 for i = 2, #ARGV, CH do
   local vals = redis.call('HMGET', KEYS[2], unpack(ARGV, i, math.min(i + CH - 1, #ARGV)))

@@ -13,10 +13,10 @@
 -- Errors: TSRESCALING <lock> (another rescale holds it).
 local meta, data, undo, log, stage, stage_undo =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local m = redis.call('HMGET', meta, 'rescaled_by', 'epoch', 'rescale')
-if m[1] == ARGV[1] then return {0, redis.call('HLEN', data)} end
-if m[3] and m[3] ~= ARGV[1] then return redis.error_reply('TSRESCALING ' .. m[3]) end
-local epoch = (tonumber(m[2] or '0') or 0) + 1
+local m = meta_fields(meta, {'rescaled_by', 'epoch', 'rescale'})
+if m.rescaled_by == ARGV[1] then return {0, redis.call('HLEN', data)} end
+if m.rescale and m.rescale ~= ARGV[1] then return redis.error_reply('TSRESCALING ' .. m.rescale) end
+local epoch = (tonumber(m.epoch or '0') or 0) + 1
 if redis.call('EXISTS', stage) == 1 then
   redis.call('RENAME', stage, data)
 else

@@ -12,14 +12,14 @@
 -- Returns {1 written now | 0 written before by this write, keys}.
 -- Errors: TSRESCALING <lock>, TSGONE.
 local meta, data, undo, log, stage, edits = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local m = redis.call('HMGET', meta, 'seeded_by', 'epoch', 'rescale', 'seed_new', 'pos')
-if m[1] == ARGV[1] then return {0, redis.call('HLEN', data)} end
-if m[3] ~= ARGV[1] then
-  if m[3] then return redis.error_reply('TSRESCALING ' .. m[3]) end
+local m = meta_fields(meta, {'seeded_by', 'epoch', 'rescale', 'seed_new', 'pos'})
+if m.seeded_by == ARGV[1] then return {0, redis.call('HLEN', data)} end
+if m.rescale ~= ARGV[1] then
+  if m.rescale then return redis.error_reply('TSRESCALING ' .. m.rescale) end
   return redis.error_reply('TSGONE')
 end
-local epoch = (tonumber(m[2] or '0') or 0) + 1
-if ARGV[7] == 'overwrite' or m[4] then
+local epoch = (tonumber(m.epoch or '0') or 0) + 1
+if ARGV[7] == 'overwrite' or m.seed_new then
   if redis.call('EXISTS', stage) == 1 then
     redis.call('RENAME', stage, data)
   else
@@ -45,5 +45,5 @@ redis.call('HSET', meta, 'layout', '1', 'epoch', string.format('%d', epoch), 'ge
   'seeded_by', ARGV[1], 'seeded_at', ARGV[5], 'updated_at', ARGV[5],
   'last_writer', 'taskstate data source', 'size', string.format('%d', size), 'size_ver', '1',
   'log_floor', '1', 'log_ver', '1', 'log_n', '0', 'log_floor_batch', ARGV[3])
-if ARGV[7] ~= 'overwrite' and m[5] then redis.call('HSET', meta, 'pos', m[5]) end
+if ARGV[7] ~= 'overwrite' and m.pos then redis.call('HSET', meta, 'pos', m.pos) end
 return {1, size}
