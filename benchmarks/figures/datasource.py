@@ -1,4 +1,6 @@
-"""Figures 13-15: the taskstate data source, read and write, against the CLI and Redis.
+"""Figures 13-15b: the data source's reads and writes against the CLI and Redis, its first.
+
+Figure 15b is a session's first small read, against other sources' first reads.
 
 A child process (`python -m benchmarks.datasource_job`, one SparkSession on local[2])
 writes a component of 4 tasks with `df.write.format("taskstate")` and reads it back whole
@@ -37,7 +39,10 @@ TASKS = 4
 
 def measure(bench: Bench, size: tuple[int, int]) -> list[Figure]:
     """The data source figures."""
-    return data_source(bench.redis, bench.target, bench.work, *size)
+    return [
+        *data_source(bench.redis, bench.target, bench.work, *size),
+        first_read(bench.target, bench.work),
+    ]
 
 
 def _cli(target: str, *args: str) -> float:
@@ -150,3 +155,69 @@ def data_source(redis: RedisServer, target: str, work: Path, small: int, big: in
             met=rss_big / rss_small <= 1.2,
         ),
     ]
+
+
+FIRST_ROWS = 300
+
+
+def first_read(target: str, work: Path) -> Figure:
+    """A session's first small read, against a first read of a Python data source and JSON.
+
+    Each kind in a fresh SparkSession of its own (benchmarks/first_read_job.py).
+    """
+    from taskstate.client import LocalContext, TaskState
+
+    ns = f"bench-first-{time.time_ns() % 10**9}"
+    for p in range(TASKS):
+        with TaskState(LocalContext(p, batch_id=None), component="small", namespace=ns,
+                       sidecar=target) as s:  # fmt: skip
+            for i in range(FIRST_ROWS // TASKS):
+                s[f"k{p}-{i}"] = {"v": i}
+    json_dir = work / "first-json"
+    json_dir.mkdir(exist_ok=True)
+    rows = (
+        json.dumps({"partition": i % TASKS, "key": f"k{i}", "value": "1"})
+        for i in range(FIRST_ROWS)
+    )
+    (json_dir / "rows.json").write_text("\n".join(rows) + "\n")
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    got: dict[str, dict[str, float]] = {}
+    for kind in ("python", "json", "taskstate"):
+        out = work / f"first-{kind}.json"
+        with open(work / f"first-{kind}.log", "wb") as log:
+            code = subprocess.run(  # noqa: S603 - our own module
+                [sys.executable, "-m", "benchmarks.first_read_job", target, ns, "small",
+                 str(json_dir), str(FIRST_ROWS), kind, "--out", str(out)],
+                env=env, stdout=log, stderr=subprocess.STDOUT, timeout=600, check=False,
+            ).returncode  # fmt: skip
+        if code != 0:
+            tail = (work / f"first-{kind}.log").read_text(errors="replace")[-3000:]
+            raise RuntimeError(f"the first-read job ({kind}) exited with {code}:\n{tail}")
+        got[kind] = json.loads(out.read_text())
+    ours, floor, js = got["taskstate"], got["python"], got["json"]
+    say(
+        f"first read of {FIRST_ROWS} rows in a fresh session: taskstate {ours['first_s']:.2f} s "
+        f"(later {ours['later_s']:.2f} s; configure() {ours['configure_s']:.2f} s), a Python "
+        f"data source {floor['first_s']:.2f} s (later {floor['later_s']:.2f} s), JSON "
+        f"{js['first_s']:.2f} s (later {js['later_s']:.2f} s)"
+    )
+    ratio = ours["first_s"] / floor["first_s"]
+    return Figure(
+        name=f"a session's first data source read of {FIRST_ROWS} rows, against a first read "
+        "of a Python data source of the same rows (lower is better)",
+        ours=ours["first_s"],
+        baseline=floor["first_s"],
+        unit="s",
+        ratio=ratio,
+        target="<= 1.5",
+        met=ratio <= 1.5,
+        detail={
+            "later_s": round(ours["later_s"], 3),
+            "configure_s": round(ours["configure_s"], 3),
+            "python_later_s": round(floor["later_s"], 3),
+            "json_first_s": round(js["first_s"], 3),
+            "json_later_s": round(js["later_s"], 3),
+        },
+    )

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[3]
 
 FIGURES = (  # name prefixes of figures checked only for being there
     "commit 2,000",
+    "first write of 2,000 dict values",
     "restore 50,000",
     "restore 5,000",
     "sidecar RSS",
@@ -28,6 +29,7 @@ FIGURES = (  # name prefixes of figures checked only for being there
     "data source read of 50,000 keys",
     "data source write of 50,000 keys",
     "data source read: peak Python worker RSS",
+    "a session's first data source read of 300 rows",
     "block writing 2,000 keys, each with a ttl",
     "restore of 20,000 keys, half expired",
     "block writing 10 keys (Open + Commit)",
