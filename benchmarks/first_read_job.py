@@ -23,7 +23,8 @@ from typing import Any
 LATER = 3
 
 
-def _python_source(spark: Any, rows: int) -> Any:
+def _python_source(spark: Any, rows: int) -> str:
+    """Register the constant Python data source; its format name."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
     per = rows // 4
@@ -48,7 +49,7 @@ def _python_source(spark: Any, rows: int) -> Any:
             return ConstantReader()
 
     spark.dataSource.register(Constant)
-    return lambda: spark.read.format(Constant.name()).load()
+    return Constant.name()
 
 
 def main() -> None:
@@ -69,19 +70,23 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     spark.range(10).count()  # the JVM warms up; no Python worker starts
+    configure_s = 0.0
     if a.kind == "taskstate":
         from taskstate.spark_plugin import configure
 
         t0 = time.perf_counter()
         configure(spark, namespace=a.namespace, sidecar=a.sidecar)
         configure_s = time.perf_counter() - t0
-        load = lambda: spark.read.format("taskstate").option("component", a.component).load()  # noqa: E731
-    elif a.kind == "json":
-        configure_s = 0.0
-        load = lambda: spark.read.json(a.json_dir)  # noqa: E731
-    else:
-        configure_s = 0.0
-        load = _python_source(spark, int(a.rows))
+
+    constant = _python_source(spark, int(a.rows)) if a.kind == "python" else ""
+
+    def load() -> Any:
+        if a.kind == "taskstate":
+            return spark.read.format("taskstate").option("component", a.component).load()
+        if a.kind == "json":
+            return spark.read.json(a.json_dir)
+        return spark.read.format(constant).load()
+
     took = []
     for _ in range(1 + LATER):
         t0 = time.perf_counter()

@@ -119,11 +119,9 @@ class Block:
                 if not self.plain:
                     encoded = self._head(now_ms) + encoded
                 else:
-                    # a copy the size of the value: orjson's own output sits in a 1 KiB
-                    # malloc block shrunk in place, and 10,000 of them held to the commit
-                    # split glibc's heap so that each block of a fresh worker took ~5,900
-                    # page faults (a 10,000-key block 51.7 ms, 40.0 with the copy; 35 either
-                    # way in a process whose heap is already grown; the copy is 0.1 us)
+                    # a copy the size of the value: orjson's own buffers, held to the
+                    # commit, fragment a fresh worker's heap (docs/benchmarks.md, "Figures
+                    # behind code choices")
                     encoded = memoryview(encoded).tobytes()
         if encoded is None:
             encoded = self.schema.codec.encode(changes.task, key, value)

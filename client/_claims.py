@@ -29,7 +29,7 @@ from ._config import TaskStateConfig
 from ._context import TaskIdentity
 from ._reads import note_restore
 from ._schema import Schema
-from ._session import RECENT, OpenInfo, Session
+from ._session import RECENT, OpenInfo, Session, later_block
 from ._transport import GrpcTransport
 from ._wire import decode_chunk, unpack_keys
 
@@ -74,17 +74,7 @@ class Claims:
             prior.data = None  # decoded for another version of the code: read it again
         if prior is not None and (prior.attempt_id, prior.batch) == (ident.attempt_id, ident.batch):
             session = prior
-            i = session.info
-            seen = (i.reused_claim, i.restored, i.delta, i.restored_keys, i.on_demand)
-            if seen != (True, False, False, 0, False):  # (the attempt's next blocks: so already)
-                session.info = replace(
-                    i,
-                    reused_claim=True,
-                    restored=False,
-                    delta=False,
-                    restored_keys=0,
-                    on_demand=False,
-                )
+            session.info = later_block(session.info)
             if self.config.mode == "mirror" and session.data is None:
                 if session.deferred:
                     # the copy that carried the attempt's held changes was dropped (their

@@ -6,10 +6,9 @@ hands SQL confs to tasks as local properties); the first wins where both are pre
 
 Once per task attempt and process (`for_attempt`): the first block of an attempt resolves
 its settings, and the attempt's later blocks (one per group in applyInPandasWithState)
-reuse them. A task's local properties and its worker's environment do not change during
-the attempt; resolving them again made building a TaskState cost 27 microseconds in a
-quiet process instead of 11, at every group call. (`_parts.py` now keeps, per attempt,
-what TaskState builds from the settings as well: a block is built in 7.)
+reuse them: a task's local properties and its worker's environment do not change during
+the attempt, and resolving them was most of the cost of building a TaskState at every
+group call. (`_parts.py` keeps, per attempt, what TaskState builds from them as well.)
 """
 
 from __future__ import annotations

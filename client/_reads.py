@@ -38,9 +38,9 @@ PAGE_KEYS = 10_000
 FIRST_PAGE_KEYS = 1_000
 # Single-key misses load the rest of the state past MISS_MIN, once they took as long as
 # restoring the whole state would (its size x this process's measured seconds per key
-# restored), or past size / MISS_FRACTION whatever they took. A miss is one round trip:
-# about 0.3 ms on an idle machine, 1.4 ms when the executor's cores are busy (figure 10),
-# against about 2 µs per key restored; so timing them, not counting them, decides.
+# restored), or past size / MISS_FRACTION whatever they took. A miss is one round trip,
+# whose time varies several-fold with the executor's load, so timing misses, not counting
+# them, decides.
 MISS_MIN = 64
 MISS_FRACTION = 128
 RESTORE_SECONDS_PER_KEY = 2.5e-6  # until this process has timed a restore of its own

@@ -8,7 +8,7 @@ sessions a process holds are cached in `_cache.py`; `Claims` (`_claims.py`) take
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
@@ -36,6 +36,17 @@ class OpenInfo:
     now_ms: int = 0
     # the block only wrote: its Open and Commit went in one call (OpenCommit)
     with_commit: bool = False
+
+
+def later_block(info: OpenInfo) -> OpenInfo:
+    """What an attempt's later block in the same process finds: the claim, nothing read."""
+    if info.reused_claim and not (
+        info.restored or info.delta or info.restored_keys or info.on_demand
+    ):
+        return info  # so already (the attempt's third block on): nothing to allocate
+    return replace(
+        info, reused_claim=True, restored=False, delta=False, restored_keys=0, on_demand=False
+    )
 
 
 @dataclass
