@@ -52,9 +52,6 @@ class FrameLane:
         self._token = token.encode() if token else b""
         self._local = threading.local()
         self._paused_until = 0.0
-        # the sidecar answered a stream as an unknown method (older than the lane's
-        # streams): its streams go over gRPC from then on
-        self.streams_unserved = False
 
     # after a connection could not be made, the lane is not tried again for this long
     # (a sidecar without one, or a restart under way: gRPC serves meanwhile)

@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from taskstate.proto import frames, ids
+from taskstate.proto import ids
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 from taskstate.proto.durability import Durability
@@ -250,7 +250,7 @@ class AdminClient:
         """
         fq = _fq(request.task)
         lane = lane_for(self.target, self.security)
-        if lane is not None and lane.open_now() and not lane.streams_unserved:
+        if lane is not None and lane.open_now():
             got = False
             try:
                 for chunk in lane.stream(
@@ -269,15 +269,12 @@ class AdminClient:
                     ) from None
                 # a connection the sidecar had closed (a restart): over gRPC, as from the start
             except FrameStatusError as exc:
-                if exc.status == frames.UNIMPLEMENTED and not got:
-                    lane.streams_unserved = True  # an older sidecar: over gRPC, from now on
-                else:
-                    err = translate_frame(exc, fq, self.sidecar)
-                    if type(err) is SidecarUnavailableError:
-                        err = SidecarUnavailableError(
-                            f"no sidecar answers at {self.sidecar} ({exc.details})", fq
-                        )
-                    raise err from None
+                err = translate_frame(exc, fq, self.sidecar)
+                if type(err) is SidecarUnavailableError:
+                    err = SidecarUnavailableError(
+                        f"no sidecar answers at {self.sidecar} ({exc.details})", fq
+                    )
+                raise err from None
         try:
             yield from self._stub.Read(request)
         except grpc.RpcError as exc:

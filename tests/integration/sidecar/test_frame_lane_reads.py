@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -237,43 +236,6 @@ def test_a_sidecar_killed_mid_read_is_an_error_not_a_hang_or_a_part(
                 for _ in chunks:
                     pass
     finally:
-        side.kill()
-
-
-def test_a_sidecar_whose_lane_has_no_streams_is_read_over_grpc(
-    redis_server: RedisServer, tmp_path: Path, namespace: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A sidecar older than the Read stream on the lane answers it as an unknown method
-    (its code, as it was: UNIMPLEMENTED); the read goes over gRPC instead."""
-    side = SidecarProcess(redis_server.url, tmp_path / "s.sock", extra=["--no-frame-lane"])
-    side.start()
-    want = _fill(side.target, namespace, 100)  # over gRPC: no lane yet
-    monkeypatch.setattr(transport, "_lanes", {})  # forget that the lane was not there
-    lane = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    lane.bind(frames.lane_path(str(tmp_path / "s.sock")))
-    lane.listen(4)
-    asked: list[int] = []
-
-    def old_lane() -> None:  # the old sidecar's answer to a method it does not serve
-        while True:
-            try:
-                conn, _ = lane.accept()
-            except OSError:
-                return
-            with conn:
-                method, _, _ = _request(conn)
-                asked.append(method)
-                body = frames.error_body("", f"method {method} is not served on the frame lane")
-                conn.sendall(frames.RESPONSE_HEAD.pack(1 + len(body), frames.UNIMPLEMENTED) + body)
-
-    threading.Thread(target=old_lane, daemon=True).start()
-    try:
-        with AdminClient(side.target) as admin:
-            assert _read(admin, namespace)[:2] == (want, 0)
-            assert _read(admin, namespace)[:2] == (want, 0)
-        assert asked == [frames.STREAMS["Read"]]  # the lane was asked first, and only once
-    finally:
-        lane.close()
         side.kill()
 
 
