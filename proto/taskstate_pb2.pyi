@@ -141,12 +141,10 @@ class RestoreChunk(_message.Message):
     def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., last: _Optional[bool] = ..., version: _Optional[str] = ..., packed: _Optional[bytes] = ..., delta: _Optional[bool] = ..., deletes: _Optional[_Iterable[str]] = ..., packed_deletes: _Optional[bytes] = ..., not_covered: _Optional[bool] = ..., committed_batch: _Optional[int] = ..., columns: _Optional[bytes] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
-    __slots__ = ("task", "epoch", "batch", "upserts", "deletes", "position", "has_position", "durability", "replicas", "writer", "packed_upserts", "packed_deletes")
+    __slots__ = ("task", "epoch", "batch", "position", "has_position", "durability", "replicas", "writer", "packed_upserts", "packed_deletes")
     TASK_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     BATCH_FIELD_NUMBER: _ClassVar[int]
-    UPSERTS_FIELD_NUMBER: _ClassVar[int]
-    DELETES_FIELD_NUMBER: _ClassVar[int]
     POSITION_FIELD_NUMBER: _ClassVar[int]
     HAS_POSITION_FIELD_NUMBER: _ClassVar[int]
     DURABILITY_FIELD_NUMBER: _ClassVar[int]
@@ -157,8 +155,6 @@ class CommitRequest(_message.Message):
     task: TaskId
     epoch: int
     batch: int
-    upserts: _containers.RepeatedCompositeFieldContainer[Entry]
-    deletes: _containers.RepeatedScalarFieldContainer[str]
     position: bytes
     has_position: bool
     durability: Durability
@@ -166,7 +162,7 @@ class CommitRequest(_message.Message):
     writer: Writer
     packed_upserts: bytes
     packed_deletes: bytes
-    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., batch: _Optional[int] = ..., upserts: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., deletes: _Optional[_Iterable[str]] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., durability: _Optional[_Union[Durability, str]] = ..., replicas: _Optional[int] = ..., writer: _Optional[_Union[Writer, _Mapping]] = ..., packed_upserts: _Optional[bytes] = ..., packed_deletes: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., durability: _Optional[_Union[Durability, str]] = ..., replicas: _Optional[int] = ..., writer: _Optional[_Union[Writer, _Mapping]] = ..., packed_upserts: _Optional[bytes] = ..., packed_deletes: _Optional[bytes] = ...) -> None: ...
 
 class OpenCommitRequest(_message.Message):
     __slots__ = ("open", "commit")

@@ -99,20 +99,23 @@ class FlushCoordinator:
 
     def _inherit(self, records: list[list[object]]) -> None:
         """Take over what the killed predecessor's journal says of attempts not ended."""
-        held: dict[int, list[int]] = {}
+        held: dict[int, set[str]] = {}
         for record in records:
             attempt = int(record[1])  # type: ignore[call-overload]
-            if record[0] == "opened":
+            if record[0] == "deferred":  # whatever else it says, the attempt held changes
+                held.setdefault(attempt, set()).add(str(record[2]) if len(record) > 2 else "?")
+                continue
+            try:
                 ns, comp, part, batch, attempt_id = record[2:]
                 task = TaskKey(str(ns), str(comp), int(part))  # type: ignore[call-overload]
                 self._opened.setdefault(attempt, {})[task] = (int(batch), str(attempt_id))  # type: ignore[call-overload]
-            elif record[0] == "deferred":
-                held.setdefault(attempt, []).append(int(record[2]))  # type: ignore[call-overload]
+            except (ValueError, TypeError):
+                log.warning("skipped a malformed Open in the journal", extra={"record": record})
         for attempt, pids in held.items():
             self._lost[attempt] = (
                 "the sidecar was restarted during the task while Python worker pid "
-                f"{', '.join(map(str, sorted(set(pids))))} held group changes of this task "
-                "attempt for the flush; the new sidecar cannot collect them"
+                f"{', '.join(sorted(pids))} held group changes of this task attempt for the "
+                "flush; the new sidecar cannot collect them"
             )
         if records:
             log.warning(
@@ -133,7 +136,7 @@ class FlushCoordinator:
             oldest = next(iter(self._opened))
             del self._opened[oldest]
             if self.journal is not None:
-                self.journal.forget(oldest)
+                self.journal.forget_opens(oldest)
             log.warning(
                 "forgot the Opens of a task attempt that neither flushed nor was discarded: "
                 "its batch will not be marked finished",
@@ -216,7 +219,12 @@ class FlushCoordinator:
         (ok, why not, keys).
         """
         t0 = time.perf_counter()
-        held, problems, keys = await self._flush_held(attempt)
+        # asked again while this one runs (its connection broke), the flush must not pass
+        # for "nothing held": it fails until this one has succeeded
+        under_way = self._lost.setdefault(attempt, "")
+        if under_way == "":
+            self._lost[attempt] = "a FLUSH of this task attempt was still under way"
+        held, problems, keys = await self._flush_held(attempt, under_way or None)
         opened = self._opened.pop(attempt, {})
         if not problems and self.mark_done is not None:
             for task, (batch, attempt_id) in opened.items():
@@ -229,8 +237,10 @@ class FlushCoordinator:
                 except Exception as exc:  # any failure fails the flush
                     problems.append(f"task {task.fq}: could not mark batch {batch} done: {exc}")
         ok = not problems
-        if ok and self.journal is not None:
-            self.journal.ended(attempt)
+        if ok:
+            self._lost.pop(attempt, None)
+            if self.journal is not None:
+                self.journal.ended(attempt)
         if held or not ok:
             metrics.FLUSHES.labels(outcome="ok" if ok else "failed").inc()
         if held:
@@ -246,10 +256,12 @@ class FlushCoordinator:
             )
         return ok, "; ".join(problems), keys
 
-    async def _flush_held(self, attempt: int) -> tuple[bool, list[str], int]:
-        """Commit everything the workers hold for `attempt`: (anything held, problems, keys)."""
+    async def _flush_held(self, attempt: int, lost: str | None) -> tuple[bool, list[str], int]:
+        """Commit everything the workers hold for `attempt`: (anything held, problems, keys).
+
+        `lost`: why its changes cannot be flushed (None: nothing says so).
+        """
         holders = self._deferred.pop(attempt, set())
-        lost = self._lost.pop(attempt, None)
         metrics.DEFERRED_ATTEMPTS.set(len(self._deferred))
         if not holders and lost is None:
             return False, [], 0  # nothing deferred: the task committed synchronously, or not at all
@@ -322,8 +334,6 @@ class BarrierServer:
             self._server.close()
             await self._server.wait_closed()
         self.path.unlink(missing_ok=True)
-        if self.coordinator.journal is not None:
-            self.coordinator.journal.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

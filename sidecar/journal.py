@@ -24,28 +24,35 @@ class Journal:
     `["deferred", attempt, worker pid]`, `["ended", attempt]` (flushed or discarded). A
     failed flush ends nothing: a FLUSH asked again of a successor fails again. The file
     is rewritten with only the attempts not ended when it is opened and when it outgrows
-    `compact_bytes`. The executor plugin removes it when its executor starts and stops.
+    both `compact_bytes` and twice what it held after its last rewrite (an attempt whose
+    DISCARD never arrived stays live). The executor plugin removes it when its executor
+    starts and stops.
     """
+
+    KINDS = ("opened", "deferred", "ended")
 
     def __init__(self, path: Path, compact_bytes: int = 1 << 20) -> None:
         self.path = path
         self.compact_bytes = compact_bytes
         self._live: dict[int, list[list[object]]] = {}  # attempt -> its records, in order
         self._fd = -1
-        self._size = 0
+        self._size = 0  # bytes in the file
+        self._kept = 0  # bytes the last rewrite kept
 
     def open(self) -> list[list[object]]:
         """Read what a predecessor left (records of attempts not ended), then start afresh."""
         try:
-            text = self.path.read_text()
+            text = self.path.read_text(errors="replace")
         except FileNotFoundError:
             text = ""
         for line in text.splitlines():
             try:
                 record = json.loads(line)
                 attempt = int(record[1])
-            except (ValueError, TypeError, IndexError):
-                continue  # a line cut short by the kill
+                if record[0] not in self.KINDS:
+                    raise ValueError(record[0])
+            except (ValueError, TypeError, IndexError, KeyError):
+                continue  # the line the kill cut short (lines are written whole)
             if record[0] == "ended":
                 self._live.pop(attempt, None)
             else:
@@ -68,9 +75,16 @@ class Journal:
         if self._live.pop(attempt, None) is not None:
             self._append(["ended", attempt])
 
-    def forget(self, attempt: int) -> None:
-        """Drop `attempt` from the next rewrite (the coordinator's bound forgot it)."""
-        self._live.pop(attempt, None)
+    def forget_opens(self, attempt: int) -> None:
+        """Drop `attempt`'s Opens from the next rewrite (the coordinator's bound forgot them).
+
+        Its workers' deferrals stay: a successor must still fail its FLUSH.
+        """
+        kept = [r for r in self._live.get(attempt, ()) if r[0] != "opened"]
+        if kept:
+            self._live[attempt] = kept
+        else:
+            self._live.pop(attempt, None)
 
     def close(self) -> None:
         """Close the file (kept: a successor reads it)."""
@@ -82,9 +96,9 @@ class Journal:
         if record[0] != "ended":
             self._live.setdefault(int(record[1]), []).append(record)  # type: ignore[call-overload]
         line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
-        os.write(self._fd, line)
+        _write_all(self._fd, line)
         self._size += len(line)
-        if self._size > self.compact_bytes:
+        if self._size > max(self.compact_bytes, 2 * self._kept):
             self._rewrite()
 
     def _rewrite(self) -> None:
@@ -92,12 +106,23 @@ class Journal:
             json.dumps(r, separators=(",", ":")) + "\n" for rs in self._live.values() for r in rs
         ).encode()
         tmp = self.path.with_name(self.path.name + ".tmp")
-        old = os.umask(0o177)
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
-            tmp.write_bytes(text)
-            os.replace(tmp, self.path)
-            self.close()
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            _write_all(fd, text)
         finally:
-            os.umask(old)
-        self._size = len(text)
+            os.close(fd)
+        os.replace(tmp, self.path)
+        self.close()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        self._size = self._kept = len(text)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """All of `data`, or OSError: a short write (a full disk) must not pass for a record."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        if n <= 0:
+            raise OSError(f"wrote {n} bytes of {len(view)}")
+        view = view[n:]

@@ -319,6 +319,8 @@ class Sidecar:
         else:
             await self.server.stop(self.config.drain_seconds)
         await self.storage.close()
+        if self.flush is not None and self.flush.journal is not None:
+            self.flush.journal.close()  # after the drain: calls under way still journal
         for path in self._sockets:
             try:
                 path.unlink()

@@ -71,13 +71,20 @@ class FakeSidecar:
             await self._sidecar.start()
 
         fut: Future[None] = asyncio.run_coroutine_threadsafe(boot(), self._loop)
-        fut.result(timeout=10)
+        try:
+            fut.result(timeout=10)
+        except BaseException:
+            self._release()  # the private Redis too: no `with` block will exit for it
+            raise
         return self
 
     def stop(self) -> None:
         """Stop serving, stop the private Redis and clean up."""
         if self._sidecar is not None:
             asyncio.run_coroutine_threadsafe(self._sidecar.stop(), self._loop).result(10)
+        self._release()
+
+    def _release(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         if self._redis is not None:

@@ -148,51 +148,31 @@ def unpack_keys(blob: bytes, fq: str, what: str) -> list[str]:
 
 
 def change_set(request: pb.CommitRequest, fq: str, limits: Limits) -> ChangeSet:
-    """A commit's change set (packed, per entry, or both), checked against the limits.
+    """A commit's change set, checked against the limits.
 
-    Keys must be str and values non-empty; every item a msgpack str (values packed as
-    bin by an older client, or sent per entry, are packed again, once, as str). The
-    blobs go to Redis as they came otherwise: they are read here only to check them.
+    Every key and value a non-empty msgpack str: the blobs go to Redis as they came, and
+    are read here only to check them.
     """
-    flat = (
-        _unpack_array(request.packed_upserts, fq, "packed_upserts")
-        if request.packed_upserts
-        else []
-    )
+    packed, packed_deletes = request.packed_upserts, request.packed_deletes
+    flat = _unpack_array(packed, fq, "packed_upserts") if packed else []
     keys, values = flat[0::2], flat[1::2]
     if len(keys) != len(values):
         raise bad(f"task {fq}: packed_upserts has a key without a value")
     _check_keys(keys, fq, "packed_upserts")
-    kinds = set(map(type, values))
-    if not kinds <= {str, bytes} or "" in values or b"" in values:
+    if values and (set(map(type, values)) != {str} or "" in values):  # in C, per commit
         bad_key = next(
-            k for k, v in zip(keys, values, strict=True) if v.__class__ not in (str, bytes) or not v
+            k for k, v in zip(keys, values, strict=True) if v.__class__ is not str or not v
         )
-        raise bad(f"task {fq}: key {bad_key[:80]!r} has an empty or non-binary encoded value")
-    packed = request.packed_upserts
-    if request.upserts or bytes in kinds:  # not all msgpack str as it came: pack it once
-        for e in request.upserts:
-            if not e.value:
-                raise bad(f"task {fq}: key {e.key[:80]!r} has an empty encoded value")
-            keys.append(e.key)
-            values.append(e.value)
-        flat = [x for kv in zip(keys, values, strict=True) for x in kv]
-        packed = msgpack.packb(flat, use_bin_type=False) if flat else b""
-    deletes = list(request.deletes)
-    packed_deletes = request.packed_deletes
-    if packed_deletes:
-        deletes += unpack_keys(packed_deletes, fq, "packed_deletes")
-    if request.deletes:
-        packed_deletes = msgpack.packb(deletes, use_bin_type=False)
+        raise bad(
+            f"task {fq}: key {bad_key[:80]!r} has an empty encoded value, or one that is not "
+            "a msgpack str"
+        )
+    deletes = unpack_keys(packed_deletes, fq, "packed_deletes") if packed_deletes else []
     named = keys + deletes
     limits.check_entries(fq, named, values, "commit")
     if deletes and not set(deletes).isdisjoint(keys):
         raise bad(f"task {fq}: a key is both upserted and deleted in one commit")
-    if request.packed_upserts or request.packed_deletes:
-        nbytes = len(request.packed_upserts) + len(request.packed_deletes)
-    else:
-        nbytes = sum(map(len, named)) + sum(map(len, values))
-    return ChangeSet(named, len(keys), packed, packed_deletes, nbytes)
+    return ChangeSet(named, len(keys), packed, packed_deletes, len(packed) + len(packed_deletes))
 
 
 def task_info(m: TaskMeta) -> pb.TaskInfo:

@@ -71,7 +71,7 @@ class ChangeSet:
 
     @classmethod
     def of(cls, upserts: Sequence[tuple[str, bytes]], deletes: Sequence[str]) -> ChangeSet:
-        """A change set from pairs and keys (tests, and requests in the per-entry form)."""
+        """A change set from pairs and keys (tests that call a store directly)."""
         flat = [x for kv in upserts for x in kv]
         keys = [k for k, _ in upserts]
         keys += deletes

@@ -118,11 +118,17 @@ class OpenScript:
             await self._records.record_partitions(task, partitions)
 
     async def _similar_namespaces(self, task: TaskKey) -> list[str]:
-        """Namespaces of a name close to the task's that hold its component (a typo?)."""
+        """Namespaces of a name close to the task's that hold its component (a typo?).
+
+        Best effort: a failure here must not replace the refusal it adds to.
+        """
         found = []
-        for ns in similar(task.namespace, await self._records.namespaces()):
-            if await self._records.members(ns, task.component):
-                found.append(ns)
+        try:
+            for ns in similar(task.namespace, await self._records.namespaces()):
+                if await self._records.members(ns, task.component):
+                    found.append(ns)
+        except Exception as exc:  # e.g. Redis went away mid-scan
+            log.warning("no similar namespaces looked up", extra={"error": str(exc)})
         return found
 
     async def _refuse_if_behind(self, task: TaskKey, batch: int | None, held: list[str]) -> None:

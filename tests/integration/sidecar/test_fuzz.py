@@ -168,7 +168,7 @@ def invalid_utf8(draw: Any) -> tuple[str, bytes]:
     method = draw(st.sampled_from(["Open", "Describe", "Commit", "Restore", "Read", "Import"]))
     body = _field(1, task)
     if method == "Commit":  # and a deleted key that is not UTF-8
-        body += _field(5, b"k\xfe")
+        body += _field(12, b"\x91\xa2k\xfe")
     return method, body
 
 
@@ -202,12 +202,15 @@ def plausible(draw: Any) -> tuple[str, bytes]:
     if method in ("Open", "Commit") and draw(st.booleans()):
         m.batch = draw(st.integers(0, 6))
     if method == "Commit":
-        m.upserts.extend(draw(st.lists(st.builds(pb.Entry, key=st.sampled_from("abcdef"),
-                                                 value=st.binary(min_size=1, max_size=30)),
-                                       max_size=6)))  # fmt: skip
-        if draw(st.booleans()):
+        pair = st.tuples(st.sampled_from("abcdef"), st.text(min_size=1, max_size=30))
+        upserts = draw(st.lists(pair, max_size=6))
+        if upserts:
+            m.packed_upserts = msgpack.packb([x for kv in upserts for x in kv])
+        elif draw(st.booleans()):
             m.packed_upserts = draw(packed_blobs())
-        m.deletes.extend(draw(st.lists(st.sampled_from("ghij"), max_size=3)))
+        deletes = draw(st.lists(st.sampled_from("ghij"), max_size=3))
+        if deletes:
+            m.packed_deletes = msgpack.packb(deletes)
     if method in ("Get", "MultiGet"):
         m.keys.extend(draw(st.lists(st.sampled_from("abcdef"), min_size=1, max_size=3)))
     if method == "Import":

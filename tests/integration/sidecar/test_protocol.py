@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import grpc
+import msgpack
 import pytest
 
 from taskstate.client import (
@@ -212,7 +213,7 @@ def test_sidecar_itself_refuses_bad_task_ids(
             (
                 stub.Commit,
                 pb.CommitRequest(
-                    task=task, epoch=1, batch=1, upserts=[pb.Entry(key="k", value=b"1")]
+                    task=task, epoch=1, batch=1, packed_upserts=msgpack.packb(["k", "1"])
                 ),
             ),
         ):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -143,3 +144,52 @@ def test_the_journal_keeps_only_live_attempts_and_skips_a_line_cut_short(tmp_pat
         f.write('["opened",300,"ns","c",0')  # the kill cut the last write short
     assert Journal(path).open() == [["opened", 1, "ns", "c", 0, 1, "app:1"]]
     assert path.read_text().count("\n") == 1
+
+
+def test_the_bound_on_opens_keeps_a_deferral_in_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Forgetting an attempt's Opens (OPENED_MAX) must not forget that it held changes."""
+    monkeypatch.setattr(flush, "OPENED_MAX", 2)
+    path = tmp_path / "j"
+    fc = FlushCoordinator(mark_done=Marks(), journal=Journal(path, compact_bytes=1))
+    fc.opened(A, 4, "app:7")
+    asyncio.run(_defer(fc, 4242, 7))
+    for n in (8, 9, 10):  # 7's Opens fall past the bound; each append rewrites the file
+        fc.opened(A, 4, f"app:{n}")
+    ok, why, _ = asyncio.run(FlushCoordinator(journal=Journal(path)).flush(7))
+    assert not ok and "Python worker pid 4242" in why
+
+
+def test_a_flush_asked_again_while_it_runs_fails(tmp_path: Path) -> None:
+    """The plugin asks again when its connection broke: the first flush is still running."""
+    fc = FlushCoordinator(mark_done=Marks(), timeout_s=5)
+
+    async def both() -> tuple[tuple[bool, str, int], tuple[bool, str, int]]:
+        requests: asyncio.Queue[pb.AttachMessage] = asyncio.Queue()
+
+        async def stream() -> AsyncIterator[pb.AttachMessage]:
+            while True:
+                yield await requests.get()
+
+        orders = fc.attach(stream())
+        requests.put_nowait(pb.AttachMessage(hello=pb.AttachHello(pid=1)))
+        await anext(orders)
+        requests.put_nowait(pb.AttachMessage(defer=pb.DeferRequest(request_id=1, task_attempt=7)))
+        await anext(orders)
+        first = asyncio.create_task(fc.flush(7))
+        assert (await anext(orders)).kind == pb.AttachOrder.FLUSH  # the worker commits now
+        second = await fc.flush(7)  # asked again meanwhile
+        requests.put_nowait(pb.AttachMessage(flushed=pb.FlushResult(task_attempt=7, ok=True)))
+        return await first, second
+
+    first, second = asyncio.run(both())
+    assert first[0] and not second[0] and "still under way" in second[1]
+
+
+def test_a_short_write_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    journal = Journal(tmp_path / "j")
+    journal.open()
+    monkeypatch.setattr(os, "write", lambda fd, data: 0)  # a full disk
+    with pytest.raises(OSError, match="wrote 0 bytes"):
+        journal.deferred(7, 4242)

@@ -84,7 +84,8 @@ final class FlushBarrier {
       return;
     }
     try {
-      // once: a restarting sidecar is not waited for, its successor ignores the attempt
+      // once: a restarting sidecar is not waited for (its successor keeps the attempt in
+      // its journal, which the executor's end removes)
       askOnce("DISCARD " + task[0], System.nanoTime() + timeoutMs * 1_000_000L);
     } catch (IOException e) {
       LOG.debug("taskstate: DISCARD {} not delivered: {}", task[0], e.getMessage());
@@ -101,7 +102,7 @@ final class FlushBarrier {
       try {
         return askOnce(line, deadline);
       } catch (SidecarGone e) {
-        if (System.nanoTime() + RETRY_MS * 1_000_000L > deadline) {
+        if (deadline - System.nanoTime() < RETRY_MS * 1_000_000L) {
           throw new IOException("no sidecar answered within " + timeoutMs + " ms (last: "
               + e.getMessage() + ")", e);
         }

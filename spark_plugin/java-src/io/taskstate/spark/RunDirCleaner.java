@@ -29,7 +29,8 @@ final class RunDirCleaner {
     try (DirectoryStream<Path> files = Files.newDirectoryStream(runDir, "jvm-*")) {
       for (Path f : files) {
         Matcher m = NAME.matcher(f.getFileName().toString());
-        if (!m.matches() || ProcessHandle.of(Long.parseLong(m.group(1))).isPresent()) {
+        if (!m.matches() || Files.isDirectory(f)
+            || ProcessHandle.of(Long.parseLong(m.group(1))).isPresent()) {
           continue;
         }
         boolean log = m.group(2).startsWith("log");
