@@ -193,32 +193,20 @@ class CommitResponse(_message.Message):
     def __init__(self, version: _Optional[str] = ..., size: _Optional[int] = ..., replicas_acked: _Optional[int] = ..., base_version: _Optional[str] = ...) -> None: ...
 
 class GetRequest(_message.Message):
-    __slots__ = ("task", "epoch", "keys", "packed_keys")
+    __slots__ = ("task", "epoch", "packed_keys")
     TASK_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
-    KEYS_FIELD_NUMBER: _ClassVar[int]
     PACKED_KEYS_FIELD_NUMBER: _ClassVar[int]
     task: TaskId
     epoch: int
-    keys: _containers.RepeatedScalarFieldContainer[str]
     packed_keys: bytes
-    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., keys: _Optional[_Iterable[str]] = ..., packed_keys: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., packed_keys: _Optional[bytes] = ...) -> None: ...
 
 class GetResponse(_message.Message):
-    __slots__ = ("values", "packed_values")
-    VALUES_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("packed_values",)
     PACKED_VALUES_FIELD_NUMBER: _ClassVar[int]
-    values: _containers.RepeatedCompositeFieldContainer[OptionalValue]
     packed_values: bytes
-    def __init__(self, values: _Optional[_Iterable[_Union[OptionalValue, _Mapping]]] = ..., packed_values: _Optional[bytes] = ...) -> None: ...
-
-class OptionalValue(_message.Message):
-    __slots__ = ("found", "value")
-    FOUND_FIELD_NUMBER: _ClassVar[int]
-    VALUE_FIELD_NUMBER: _ClassVar[int]
-    found: bool
-    value: bytes
-    def __init__(self, found: _Optional[bool] = ..., value: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, packed_values: _Optional[bytes] = ...) -> None: ...
 
 class DescribeRequest(_message.Message):
     __slots__ = ("task",)

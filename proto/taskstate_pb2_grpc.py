@@ -54,11 +54,6 @@ class TaskStateServiceStub:
                 request_serializer=taskstate_dot_proto_dot_taskstate__pb2.OpenCommitRequest.SerializeToString,
                 response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.OpenCommitResponse.FromString,
                 _registered_method=True)
-        self.Get = channel.unary_unary(
-                '/taskstate.v1.TaskStateService/Get',
-                request_serializer=taskstate_dot_proto_dot_taskstate__pb2.GetRequest.SerializeToString,
-                response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.GetResponse.FromString,
-                _registered_method=True)
         self.MultiGet = channel.unary_unary(
                 '/taskstate.v1.TaskStateService/MultiGet',
                 request_serializer=taskstate_dot_proto_dot_taskstate__pb2.GetRequest.SerializeToString,
@@ -179,15 +174,9 @@ class TaskStateServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def Get(self, request, context):
-        """Read keys (remote mode).
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
     def MultiGet(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Read keys, fenced by the epoch (on-demand reads, remote mode).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -315,11 +304,6 @@ def add_TaskStateServiceServicer_to_server(servicer, server):
                     servicer.OpenCommit,
                     request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.OpenCommitRequest.FromString,
                     response_serializer=taskstate_dot_proto_dot_taskstate__pb2.OpenCommitResponse.SerializeToString,
-            ),
-            'Get': grpc.unary_unary_rpc_method_handler(
-                    servicer.Get,
-                    request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.GetRequest.FromString,
-                    response_serializer=taskstate_dot_proto_dot_taskstate__pb2.GetResponse.SerializeToString,
             ),
             'MultiGet': grpc.unary_unary_rpc_method_handler(
                     servicer.MultiGet,
@@ -515,33 +499,6 @@ class TaskStateService:
             '/taskstate.v1.TaskStateService/OpenCommit',
             taskstate_dot_proto_dot_taskstate__pb2.OpenCommitRequest.SerializeToString,
             taskstate_dot_proto_dot_taskstate__pb2.OpenCommitResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def Get(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/taskstate.v1.TaskStateService/Get',
-            taskstate_dot_proto_dot_taskstate__pb2.GetRequest.SerializeToString,
-            taskstate_dot_proto_dot_taskstate__pb2.GetResponse.FromString,
             options,
             channel_credentials,
             insecure,

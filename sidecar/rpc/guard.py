@@ -42,7 +42,6 @@ VERBS = {
     "Restore": "restore",
     "Commit": "commit to",
     "OpenCommit": "commit to",
-    "Get": "read",
     "MultiGet": "read",
     "Describe": "describe",
     "List": "list",

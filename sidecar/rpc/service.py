@@ -35,7 +35,7 @@ from .wire import bad
 _SERVICE = pb.DESCRIPTOR.services_by_name["TaskStateService"]
 SERVICE_NAME = _SERVICE.full_name
 
-# MultiGet is counted as Get: one series of reads, as the metrics always had it
+# MultiGet is counted as Get: the metric's series keeps its name
 _LABELS = {"MultiGet": "Get"}
 
 

@@ -1,4 +1,4 @@
-"""The calls of Spark tasks: Open, Restore, Commit, Get, MultiGet, Describe.
+"""The calls of Spark tasks: Open, Restore, Commit, OpenCommit, MultiGet, Describe.
 
 Each takes a request and returns its answer; the call guard (guard.py) counts, limits,
 authorizes and maps errors around it, and the store it is given measures (metered.py).
@@ -157,25 +157,14 @@ class TaskRpcs:
             commit=_answer_commit(committed),
         )
 
-    async def Get(self, request: pb.GetRequest) -> pb.GetResponse:  # noqa: N802
-        """Read exactly one key (MultiGet reads many)."""
-        if len(request.keys) != 1:
-            raise bad("Get takes exactly one key; use MultiGet")
-        return await self.MultiGet(request)
-
     async def MultiGet(self, request: pb.GetRequest) -> pb.GetResponse:  # noqa: N802
-        """Read keys, fenced by the epoch; packed keys get packed values."""
+        """Read keys, fenced by the epoch."""
         task = wire.task_key(request.task)
         epoch = wire.epoch(request.epoch, task.fq)
-        keys = list(request.keys)
-        if request.packed_keys:
-            keys.extend(wire.unpack_keys(request.packed_keys, task.fq, "packed_keys"))
+        packed = request.packed_keys
+        keys = wire.unpack_keys(packed, task.fq, "packed_keys") if packed else []
         values = await self.store.get(task, epoch, keys)
-        if request.packed_keys:
-            return pb.GetResponse(packed_values=msgpack.packb(values, use_bin_type=True))
-        return pb.GetResponse(
-            values=[pb.OptionalValue(found=v is not None, value=v or b"") for v in values]
-        )
+        return pb.GetResponse(packed_values=msgpack.packb(values, use_bin_type=True))
 
     async def Describe(self, request: pb.DescribeRequest) -> pb.TaskInfo:  # noqa: N802
         """The task's metadata."""

@@ -2,7 +2,7 @@
 
 Open (lua/open.lua) claims, rolls back a replayed batch and refuses what must be refused;
 Commit (lua/commit.lua) applies one change set and its rollback record; Restore streams
-the hash in pages; a delta restore reads the change log (changelog.py); Get reads keys
+the hash in pages; a delta restore reads the change log (changelog.py); MultiGet reads keys
 (lua/get.lua). Every one is fenced by the task's epoch. The keys are spelled in keys.py;
 the namespace's index and record (records.py) tell a new task from a lost one.
 """

@@ -37,11 +37,11 @@ FUZZ_REQUESTS = int(os.environ.get("TASKSTATE_FUZZ_REQUESTS", "5000"))
 PER_EXAMPLE = 10
 PROTECTED = "protected-ns"
 SERVICE = "/taskstate.v1.TaskStateService/"
-UNARY = ["Open", "Commit", "Get", "MultiGet", "Describe", "List", "Drop", "Import", "Doctor"]
+UNARY = ["Open", "Commit", "MultiGet", "Describe", "List", "Drop", "Import", "Doctor"]
 STREAMS = ["Restore", "Read"]
 MESSAGES = {
-    "Open": pb.OpenRequest, "Commit": pb.CommitRequest, "Get": pb.GetRequest,
-    "MultiGet": pb.GetRequest, "Describe": pb.DescribeRequest, "List": pb.ListRequest,
+    "Open": pb.OpenRequest, "Commit": pb.CommitRequest, "MultiGet": pb.GetRequest,
+    "Describe": pb.DescribeRequest, "List": pb.ListRequest,
     "Drop": pb.DropRequest, "Import": pb.ImportRequest, "Doctor": pb.DoctorRequest,
     "Restore": pb.RestoreRequest, "Read": pb.ReadRequest,
 }  # fmt: skip
@@ -188,7 +188,7 @@ def garbage(draw: Any) -> tuple[str, bytes]:
 @st.composite
 def plausible(draw: Any) -> tuple[str, bytes]:
     """Requests that pass validation often, so the fuzzing reaches the storage paths."""
-    method = draw(st.sampled_from(["Open", "Commit", "Restore", "Get", "MultiGet", "Describe",
+    method = draw(st.sampled_from(["Open", "Commit", "Restore", "MultiGet", "Describe",
                                    "List", "Read", "Import", "Drop"]))  # fmt: skip
     m: Any = MESSAGES[method]()
     task = pb.TaskId(namespace=draw(st.sampled_from(["fz", "fz-b"])), component="c",
@@ -211,8 +211,9 @@ def plausible(draw: Any) -> tuple[str, bytes]:
         deletes = draw(st.lists(st.sampled_from("ghij"), max_size=3))
         if deletes:
             m.packed_deletes = msgpack.packb(deletes)
-    if method in ("Get", "MultiGet"):
-        m.keys.extend(draw(st.lists(st.sampled_from("abcdef"), min_size=1, max_size=3)))
+    if method == "MultiGet":
+        keys = draw(st.lists(st.sampled_from("abcdef"), min_size=1, max_size=3))
+        m.packed_keys = msgpack.packb(keys)
     if method == "Import":
         m.entries.extend(draw(ENTRIES))
         m.replace = draw(st.booleans())
