@@ -21,10 +21,9 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from taskstate.proto import codes, ids
 
@@ -73,15 +72,8 @@ class Authorizer:
             return None
         return cls(_parse(text, where))
 
-    def grant(self, metadata: Sequence[tuple[str, Any]] | None) -> Grant:
+    def grant(self, token: str | None) -> Grant:
         """The caller's grant; UNAUTHENTICATED without a known token."""
-        token = None
-        for key, value in metadata or ():
-            if key == "authorization":
-                text = value.decode() if isinstance(value, bytes) else str(value)
-                scheme, _, rest = text.partition(" ")
-                if scheme.lower() == "bearer":
-                    token = rest.strip()
         if not token:
             raise SidecarError(
                 codes.UNAUTHENTICATED,
@@ -97,11 +89,9 @@ class Authorizer:
             )
         return found
 
-    def check(
-        self, metadata: Sequence[tuple[str, Any]] | None, namespace: str | None, what: str
-    ) -> Grant:
+    def check(self, token: str | None, namespace: str | None, what: str) -> Grant:
         """Refuse unless the token may touch `namespace` (None: any valid token will do)."""
-        g = self.grant(metadata)
+        g = self.grant(token)
         if namespace is not None and not g.allows(namespace):
             log.warning(
                 "call refused: namespace not granted",

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
-
-import grpc
 
 from taskstate.proto import codes, frames
 
 from .. import metrics
 from ..deadline import Deadline
+from ..errors import SidecarError
 from .service import StreamCall, UnaryCall
 
 
@@ -30,29 +29,21 @@ class _AbortedError(Exception):
         self.status, self.code, self.details = status, code, details
 
 
-class FrameContext:
-    """What the guard asks of a gRPC context, for one frame."""
+class FrameCall:
+    """One frame's call as a CallContext (rpc/guard.py)."""
 
-    __slots__ = ("_metadata",)
+    __slots__ = ("_token",)
 
     def __init__(self, token: bytes) -> None:
-        self._metadata: tuple[tuple[str, str], ...] = (
-            (("authorization", "Bearer " + token.decode(errors="replace")),) if token else ()
-        )
+        self._token = token.decode(errors="replace") if token else None
 
-    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
-        """The frame's token as gRPC metadata would carry it."""
-        return self._metadata
+    def token(self) -> str | None:
+        """The frame's token."""
+        return self._token
 
-    async def abort(
-        self,
-        code: grpc.StatusCode,
-        details: str = "",
-        trailing_metadata: Sequence[tuple[str, str]] = (),
-    ) -> NoReturn:
+    async def fail(self, error: SidecarError) -> NoReturn:
         """End the call: its status, code and details go back as an error frame."""
-        ts_code = dict(trailing_metadata).get(codes.METADATA_KEY, "")
-        raise _AbortedError(code.value[0], ts_code, details)
+        raise _AbortedError(error.status.value[0], error.code, error.message)
 
 
 def _error(status: int, code: str, details: str) -> bytes:
@@ -153,7 +144,7 @@ class FrameLane:
             return _error(
                 frames.UNIMPLEMENTED, "", f"method {method} is not served on the frame lane"
             )
-        ctx = FrameContext(body[head : head + tlen])
+        ctx = FrameCall(body[head : head + tlen])
         try:
             with Deadline(deadline_ms / 1000):
                 reply: Any = await call.handle(call.parse(body[head + tlen :]), ctx)
@@ -177,7 +168,7 @@ class FrameLane:
         head = frames.CALL_HEAD.size
         method, deadline_ms, tlen = frames.CALL_HEAD.unpack_from(body)
         call = self.streams[method]
-        ctx = FrameContext(body[head : head + tlen])
+        ctx = FrameCall(body[head : head + tlen])
         answers = call.handle(call.parse(body[head + tlen :]), ctx)
         ended = False
         try:

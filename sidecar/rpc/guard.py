@@ -17,7 +17,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
 from types import TracebackType
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 from grpc import aio
 
@@ -34,7 +34,48 @@ T = TypeVar("T")
 # the outcome counted for a stream whose reader went away before its end (not an error
 # code a client ever gets: the metrics' `code` label only)
 CANCELLED = "CANCELLED"
-Context = aio.ServicerContext[Any, Any]
+
+
+class CallContext(Protocol):
+    """What the guard needs of one call, whichever transport carried it.
+
+    `GrpcCall` adapts grpc.aio's context; the frame lane has its own (rpc/frames.py).
+    """
+
+    def token(self) -> str | None:
+        """The caller's bearer token, if it sent one."""
+        ...
+
+    async def fail(self, error: SidecarError) -> NoReturn:
+        """End the call with `error`: its status, taskstate code and message."""
+        ...
+
+
+class GrpcCall:
+    """A grpc.aio call as a CallContext."""
+
+    __slots__ = ("context",)
+
+    def __init__(self, context: aio.ServicerContext[Any, Any]) -> None:
+        self.context = context
+
+    def token(self) -> str | None:
+        """The `authorization: Bearer <token>` metadata's token."""
+        for key, value in self.context.invocation_metadata() or ():
+            if key == "authorization":
+                text = value.decode() if isinstance(value, bytes) else str(value)
+                scheme, _, rest = text.partition(" ")
+                if scheme.lower() == "bearer":
+                    return rest.strip()
+        return None
+
+    async def fail(self, error: SidecarError) -> NoReturn:
+        """Abort with the status; the taskstate code goes in the trailing metadata."""
+        await self.context.abort(
+            error.status, error.message, trailing_metadata=((codes.METADATA_KEY, error.code),)
+        )
+        raise AssertionError("abort returned")  # pragma: no cover
+
 
 # what a token refusal says the caller tried to do
 VERBS = {
@@ -154,14 +195,11 @@ NEEDS_AN_OPERATOR = frozenset(
 )
 
 
-async def abort(context: Context, exc: SidecarError) -> NoReturn:
-    """End the call with the error's status, its taskstate code in the trailing metadata."""
+async def abort(context: CallContext, exc: SidecarError) -> NoReturn:
+    """End the call with the error (logged: as a warning when an operator must act)."""
     level = logging.WARNING if exc.code in NEEDS_AN_OPERATOR else logging.INFO
     log.log(level, "request refused", extra={"code": exc.code, "error": exc.message})
-    await context.abort(
-        exc.status, exc.message, trailing_metadata=((codes.METADATA_KEY, exc.code),)
-    )
-    raise AssertionError("abort returned")  # pragma: no cover
+    await context.fail(exc)
 
 
 class Guard:
@@ -185,16 +223,15 @@ class Guard:
             )
         self._in_flight += 1
 
-    def _authorize(self, context: Context, what: str, request: Any) -> None:
+    def _authorize(self, context: CallContext, what: str, request: Any) -> None:
         """With tokens on: the caller's grant, refused unless it covers the namespace."""
         if self.auth is None:
             _GRANT.set(None)
             return
-        metadata: Any = context.invocation_metadata()
-        _GRANT.set(self.auth.check(metadata, namespace_of(request), VERBS.get(what, what)))
+        _GRANT.set(self.auth.check(context.token(), namespace_of(request), VERBS.get(what, what)))
 
     async def unary(
-        self, context: Context, what: str, request: Any, fn: Callable[[Any], Awaitable[T]]
+        self, context: CallContext, what: str, request: Any, fn: Callable[[Any], Awaitable[T]]
     ) -> T:
         """Serve one unary call: counted, within the limits, authorized, errors mapped."""
         with observed(what, request) as outcome:
@@ -209,7 +246,7 @@ class Guard:
                 await self._refuse(context, what, request, outcome, exc)
 
     async def stream(
-        self, context: Context, what: str, request: Any, fn: Callable[[Any], AsyncIterator[T]]
+        self, context: CallContext, what: str, request: Any, fn: Callable[[Any], AsyncIterator[T]]
     ) -> AsyncIterator[T]:
         """`unary` for a server-streaming call.
 
@@ -232,7 +269,7 @@ class Guard:
                 await self._refuse(context, what, request, outcome, exc)
 
     async def bidi(
-        self, context: Context, what: str, requests: Any, fn: Callable[[Any], AsyncIterator[T]]
+        self, context: CallContext, what: str, requests: Any, fn: Callable[[Any], AsyncIterator[T]]
     ) -> AsyncIterator[T]:
         """A long-lived bidirectional stream (Attach): not held to --max-in-flight.
 
@@ -251,7 +288,7 @@ class Guard:
                 await self._refuse(context, what, None, outcome, exc)
 
     async def _refuse(
-        self, context: Context, what: str, request: Any, outcome: list[str], exc: Exception
+        self, context: CallContext, what: str, request: Any, outcome: list[str], exc: Exception
     ) -> NoReturn:
         """End a failed call: a SidecarError's code, or INTERNAL (the log gets the trace)."""
         if isinstance(exc, SidecarError):

@@ -27,7 +27,7 @@ from ..storage.metered import MeteredTaskStore
 from ..sweeper import Sweeper
 from .admin import AdminRpcs
 from .flush import FlushRpcs
-from .guard import Context, Guard, abort, observed
+from .guard import CallContext, GrpcCall, Guard, abort, observed
 from .seed import SeedRpcs
 from .task import TaskRpcs
 from .wire import bad
@@ -57,7 +57,7 @@ def _lenient(cls: Any) -> Callable[[bytes], Any]:
     return parse
 
 
-async def _refuse_malformed(method: str, bad_request: _Malformed, context: Context) -> None:
+async def _refuse_malformed(method: str, bad_request: _Malformed, context: CallContext) -> None:
     with observed(method, None) as outcome:
         outcome.append(codes.INVALID_ARGUMENT)
         await abort(
@@ -73,7 +73,7 @@ async def _refuse_malformed(method: str, bad_request: _Malformed, context: Conte
 def _unary(guard: Guard, name: str, impl: Any) -> Callable[..., Awaitable[Any]]:
     label = _LABELS.get(name, name)
 
-    async def handle(request: Any, context: Context) -> Any:
+    async def handle(request: Any, context: CallContext) -> Any:
         if isinstance(request, _Malformed):
             await _refuse_malformed(name, request, context)
         return await guard.unary(context, label, request, impl)
@@ -82,7 +82,7 @@ def _unary(guard: Guard, name: str, impl: Any) -> Callable[..., Awaitable[Any]]:
 
 
 def _stream(guard: Guard, name: str, impl: Any) -> Callable[..., AsyncGenerator[Any, None]]:
-    async def handle(request: Any, context: Context) -> AsyncGenerator[Any, None]:
+    async def handle(request: Any, context: CallContext) -> AsyncGenerator[Any, None]:
         if isinstance(request, _Malformed):
             await _refuse_malformed(name, request, context)
         async for item in guard.stream(context, name, request, impl):
@@ -92,8 +92,8 @@ def _stream(guard: Guard, name: str, impl: Any) -> Callable[..., AsyncGenerator[
 
 
 def _bidi(guard: Guard, name: str, impl: Any) -> Callable[..., AsyncIterator[Any]]:
-    async def handle(requests: Any, context: Context) -> AsyncIterator[Any]:
-        async for item in guard.bidi(context, name, requests, impl):
+    async def handle(requests: Any, context: aio.ServicerContext[Any, Any]) -> AsyncIterator[Any]:
+        async for item in guard.bidi(GrpcCall(context), name, requests, impl):
             yield item
 
     return handle
@@ -101,11 +101,18 @@ def _bidi(guard: Guard, name: str, impl: Any) -> Callable[..., AsyncIterator[Any
 
 @dataclass(frozen=True, slots=True)
 class UnaryCall:
-    """One unary RPC as served: parse the request, handle it (behind the guard), answer."""
+    """One unary RPC as served: parse the request, handle it (behind the guard), answer.
+
+    `handle` takes the request and a CallContext: each transport adapts its own call.
+    """
 
     parse: Callable[[bytes], Any]
-    handle: Callable[[Any, Any], Awaitable[Any]]
+    handle: Callable[[Any, CallContext], Awaitable[Any]]
     serialize: Callable[[Any], bytes]
+
+    async def over_grpc(self, request: Any, context: aio.ServicerContext[Any, Any]) -> Any:
+        """`handle`, for grpc.aio's server."""
+        return await self.handle(request, GrpcCall(context))
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +120,15 @@ class StreamCall:
     """One server-streaming RPC as served: `handle` yields the answers (behind the guard)."""
 
     parse: Callable[[bytes], Any]
-    handle: Callable[[Any, Any], AsyncGenerator[Any, None]]
+    handle: Callable[[Any, CallContext], AsyncGenerator[Any, None]]
     serialize: Callable[[Any], bytes]
+
+    async def over_grpc(
+        self, request: Any, context: aio.ServicerContext[Any, Any]
+    ) -> AsyncGenerator[Any, None]:
+        """`handle`, for grpc.aio's server."""
+        async for item in self.handle(request, GrpcCall(context)):
+            yield item
 
 
 def add_to_server(
@@ -169,14 +183,16 @@ def add_to_server(
             )
             served[m.name] = stream
             handlers[m.name] = grpc.unary_stream_rpc_method_handler(
-                stream.handle, request_deserializer=stream.parse, response_serializer=out
+                stream.over_grpc, request_deserializer=stream.parse, response_serializer=out
             )
         else:
             parse = _lenient(getattr(pb, m.input_type.name))
             call = UnaryCall(parse, _unary(guard, m.name, impl), out)
             served[m.name] = call
             handlers[m.name] = grpc.unary_unary_rpc_method_handler(
-                call.handle, request_deserializer=call.parse, response_serializer=call.serialize
+                call.over_grpc,
+                request_deserializer=call.parse,
+                response_serializer=call.serialize,
             )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     return served
