@@ -75,8 +75,13 @@ class PeakRss:
         self._thread.join()
 
 
-def _spark_floor(spark: Any, times: int = 5) -> float:
-    """The read's query on a Python data source of 4 partitions of 3 constant rows."""
+def constant_source(spark: Any, per_partition: int) -> str:
+    """Register a Python data source of 4 partitions of constant rows; its format name.
+
+    The taskstate read's schema and value sizes, so that a query on it costs what Spark's
+    part of a taskstate read costs. Defined here, in a function, so that Spark's workers
+    get the classes by value (this module is not on their path).
+    """
     import pyarrow as pa
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
@@ -85,10 +90,11 @@ def _spark_floor(spark: Any, times: int = 5) -> float:
             return [InputPartition(i) for i in range(TASKS)]
 
         def read(self, partition: InputPartition) -> Any:
-            n = 3
+            n = per_partition
             yield pa.RecordBatch.from_pydict({
                 "partition": pa.array([partition.value] * n, pa.int32()),
-                "key": ["a", "b", "c"], "value": ['"1"', '"2"', '"3"'],
+                "key": [f"k{i}" for i in range(n)], "value": ['"1"'] * n,
+                "batch": pa.array([0] * n, pa.int64()),
             })  # fmt: skip
 
     class Constant(DataSource):
@@ -97,13 +103,18 @@ def _spark_floor(spark: Any, times: int = 5) -> float:
             return "taskstate_bench_constant"
 
         def schema(self) -> str:
-            return "partition int, key string, value string"
+            return "partition int, key string, value string, batch long"
 
         def reader(self, schema: Any) -> DataSourceReader:
             return ConstantReader()
 
     spark.dataSource.register(Constant)
-    df = spark.read.format(Constant.name()).load()
+    return Constant.name()
+
+
+def _spark_floor(spark: Any, times: int = 5) -> float:
+    """The read's query on a Python data source of 4 partitions of 3 constant rows."""
+    df = spark.read.format(constant_source(spark, 3)).load()
     took = []
     for _ in range(times + 1):  # the first warms up
         t0 = time.perf_counter()

@@ -20,36 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .datasource_job import TASKS, constant_source
+
 LATER = 3
-
-
-def _python_source(spark: Any, rows: int) -> str:
-    """Register the constant Python data source; its format name."""
-    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
-
-    per = rows // 4
-
-    class ConstantReader(DataSourceReader):
-        def partitions(self) -> list[InputPartition]:
-            return [InputPartition(i) for i in range(4)]
-
-        def read(self, partition: InputPartition) -> Any:
-            for i in range(per):
-                yield (partition.value, f"k{i}", "1", 0)
-
-    class Constant(DataSource):
-        @classmethod
-        def name(cls) -> str:
-            return "taskstate_bench_first"
-
-        def schema(self) -> str:
-            return "partition int, key string, value string, batch long"
-
-        def reader(self, schema: Any) -> DataSourceReader:
-            return ConstantReader()
-
-    spark.dataSource.register(Constant)
-    return Constant.name()
 
 
 def main() -> None:
@@ -78,7 +51,7 @@ def main() -> None:
         configure(spark, namespace=a.namespace, sidecar=a.sidecar)
         configure_s = time.perf_counter() - t0
 
-    constant = _python_source(spark, int(a.rows)) if a.kind == "python" else ""
+    constant = constant_source(spark, int(a.rows) // TASKS) if a.kind == "python" else ""
 
     def load() -> Any:
         if a.kind == "taskstate":
