@@ -60,6 +60,17 @@ def fenced(fq: str, current: object) -> SidecarError:
     )
 
 
+def claim_lost(fq: str, stored: object, held: int) -> SidecarError:
+    """A request whose epoch is ahead of Redis': Redis lost the attempt's claim."""
+    return SidecarError(
+        codes.STORAGE_UNAVAILABLE,
+        f"task {fq}: Redis holds epoch {stored}, below this attempt's {held}: it lost the "
+        "attempt's claim (a failover to a replica that had not received it yet). Nothing of "
+        "this request was written. The attempt must open the task again: Spark retries the "
+        "task; asking again with a new attempt is safe.",
+    )
+
+
 def finished_batch_aside(fq: str, batch: object, what: str) -> SidecarError:
     """A task keeps a finished batch aside (lua/open.lua's stash): `what` must wait."""
     return SidecarError(

@@ -61,7 +61,7 @@ async def changed_keys(
     try:
         r = await conn.run("changes", names)
     except rex.ResponseError as exc:
-        raise refusal(exc, Refused(task.fq, "changes")) from None
+        raise refusal(exc, Refused(task.fq, "changes", epoch=epoch)) from None
     version, total = text(r[0]), int(r[1])
     if total < 0:
         return None

@@ -121,6 +121,7 @@ class Refused:
     batch: int | None = None
     codec: str = ""
     partitions: int | None = None
+    epoch: int | None = None  # the epoch the refused request carried
 
 
 def _rescaling(r: Refused, lock: str) -> SidecarError:
@@ -134,6 +135,8 @@ def _rescaling(r: Refused, lock: str) -> SidecarError:
 def _fenced(r: Refused, epoch: str) -> SidecarError:
     if r.script == "import":
         return errors.import_fenced(r.task, epoch)
+    if r.epoch is not None and epoch.isdigit() and int(epoch) < r.epoch:
+        return errors.claim_lost(r.task, epoch, r.epoch)
     return errors.fenced(r.task, epoch)
 
 

@@ -251,6 +251,8 @@ class RedisTaskStore:
     async def _check_epoch(self, task: TaskKey, meta_key: str, epoch: int) -> None:
         client = self._conn.client
         current = await self._conn.run("epoch", lambda: client.hget(meta_key, "epoch"))
+        if current is not None and int(current) < epoch:
+            raise errors.claim_lost(task.fq, text(current), epoch)
         if current is None or int(current) != epoch:
             raise errors.fenced(task.fq, text(current) or "none")
 
@@ -285,7 +287,7 @@ class RedisTaskStore:
         try:
             r = await self._conn.run("commit", call)
         except rex.ResponseError as exc:
-            raise refusal(exc, Refused(task.fq, "commit", batch)) from None
+            raise refusal(exc, Refused(task.fq, "commit", batch, epoch=epoch)) from None
         r, acked = self._acked(task, durability, wait, r)
         return self._committed(task, batch, r, acked)
 
@@ -335,7 +337,7 @@ class RedisTaskStore:
             except rex.ResponseError as exc:
                 if str(exc).startswith("TSMOVED"):
                     raise _StateMovedError from None
-                raise refusal(exc, Refused(task.fq, "get")) from None
+                raise refusal(exc, Refused(task.fq, "get", epoch=epoch)) from None
         return out
 
     async def version(self, task: TaskKey) -> str:

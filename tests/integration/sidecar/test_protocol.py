@@ -19,6 +19,7 @@ from taskstate.client import (
     LimitError,
     LocalContext,
     StateAheadError,
+    StorageUnavailableError,
     TaskState,
     _cache,
 )
@@ -124,6 +125,27 @@ def test_fencing_zombie_attempt_cannot_write(
         a.__exit__(None, None, None)
     assert f"{namespace}/c/0" in str(info.value)
     assert data_of(redis_server, namespace) == before == {b"base": b'"B"'}
+
+
+def test_a_claim_redis_lost_is_not_taken_for_a_newer_attempt(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
+) -> None:
+    """Redis' epoch below the attempt's: its Open was lost (a failover), nobody fenced it.
+
+    The commit is refused as retryable (a new attempt opens again), nothing written.
+    """
+    with ts(sidecar, namespace, 1) as s:
+        s["base"] = 0
+    a = ts(sidecar, namespace, 2)
+    a.__enter__()
+    a["base"] = 2
+    # the Open's epoch bump never reached the replica that became the master
+    redis_server.client().hincrby(meta_key(namespace, "c", 0), "epoch", -1)
+    before = data_of(redis_server, namespace)
+    with pytest.raises(StorageUnavailableError, match="lost the attempt's claim") as info:
+        a.__exit__(None, None, None)
+    assert f"{namespace}/c/0" in str(info.value) and "newer attempt" not in str(info.value)
+    assert data_of(redis_server, namespace) == before
 
 
 def test_state_ahead_names_task_batches_and_action_and_changes_nothing(
