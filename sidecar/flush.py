@@ -92,6 +92,7 @@ class FlushCoordinator:
         self._links: dict[str, _Link] = {}
         self._deferred: dict[int, set[str]] = {}  # task attempt -> worker ids
         self._lost: dict[int, str] = {}  # task attempt -> why its changes cannot be flushed
+        self._running: set[int] = set()  # task attempts whose FLUSH is under way
         # task attempt -> the tasks it opened here, each at (batch, attempt id SCOPE:N)
         self._opened: dict[int, dict[TaskKey, tuple[int, str]]] = {}
         if journal is not None:
@@ -216,15 +217,25 @@ class FlushCoordinator:
     async def flush(self, attempt: int) -> tuple[bool, str, int]:
         """Commit everything the workers hold for `attempt`, then mark its tasks finished.
 
-        (ok, why not, keys).
+        (ok, why not, keys). Asked again while it runs (the plugin's connection broke), it
+        fails at once and touches nothing; one that did not finish fails when asked again.
         """
+        if attempt in self._running:
+            return False, "a FLUSH of this task attempt was still under way", 0
+        self._running.add(attempt)
+        finished = False
+        try:
+            result = await self._flush(attempt)
+            finished = True
+            return result
+        finally:
+            self._running.discard(attempt)
+            if not finished:
+                self._lost[attempt] = "an earlier FLUSH of this task attempt did not finish"
+
+    async def _flush(self, attempt: int) -> tuple[bool, str, int]:
         t0 = time.perf_counter()
-        # asked again while this one runs (its connection broke), the flush must not pass
-        # for "nothing held": it fails until this one has succeeded
-        under_way = self._lost.setdefault(attempt, "")
-        if under_way == "":
-            self._lost[attempt] = "a FLUSH of this task attempt was still under way"
-        held, problems, keys = await self._flush_held(attempt, under_way or None)
+        held, problems, keys = await self._flush_held(attempt)
         opened = self._opened.pop(attempt, {})
         if not problems and self.mark_done is not None:
             for task, (batch, attempt_id) in opened.items():
@@ -237,10 +248,8 @@ class FlushCoordinator:
                 except Exception as exc:  # any failure fails the flush
                     problems.append(f"task {task.fq}: could not mark batch {batch} done: {exc}")
         ok = not problems
-        if ok:
-            self._lost.pop(attempt, None)
-            if self.journal is not None:
-                self.journal.ended(attempt)
+        if ok and self.journal is not None:
+            self.journal.ended(attempt)
         if held or not ok:
             metrics.FLUSHES.labels(outcome="ok" if ok else "failed").inc()
         if held:
@@ -256,12 +265,10 @@ class FlushCoordinator:
             )
         return ok, "; ".join(problems), keys
 
-    async def _flush_held(self, attempt: int, lost: str | None) -> tuple[bool, list[str], int]:
-        """Commit everything the workers hold for `attempt`: (anything held, problems, keys).
-
-        `lost`: why its changes cannot be flushed (None: nothing says so).
-        """
+    async def _flush_held(self, attempt: int) -> tuple[bool, list[str], int]:
+        """Commit everything the workers hold for `attempt`: (anything held, problems, keys)."""
         holders = self._deferred.pop(attempt, set())
+        lost = self._lost.pop(attempt, None)
         metrics.DEFERRED_ATTEMPTS.set(len(self._deferred))
         if not holders and lost is None:
             return False, [], 0  # nothing deferred: the task committed synchronously, or not at all

@@ -35,7 +35,7 @@ class FrameCall:
     __slots__ = ("_token",)
 
     def __init__(self, token: bytes) -> None:
-        self._token = token.decode(errors="replace") if token else None
+        self._token = token.decode(errors="replace").strip() if token else None
 
     def token(self) -> str | None:
         """The frame's token."""

@@ -60,14 +60,15 @@ class GrpcCall:
         self.context = context
 
     def token(self) -> str | None:
-        """The `authorization: Bearer <token>` metadata's token."""
+        """The `authorization: Bearer <token>` metadata's token (the last one sent)."""
+        token = None
         for key, value in self.context.invocation_metadata() or ():
             if key == "authorization":
                 text = value.decode() if isinstance(value, bytes) else str(value)
                 scheme, _, rest = text.partition(" ")
                 if scheme.lower() == "bearer":
-                    return rest.strip()
-        return None
+                    token = rest.strip()
+        return token
 
     async def fail(self, error: SidecarError) -> NoReturn:
         """Abort with the status; the taskstate code goes in the trailing metadata."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
+from google.protobuf.unknown_fields import UnknownFieldSet
 from grpc import aio
 
 from taskstate.proto import codes
@@ -50,9 +51,16 @@ class _Malformed:
 def _lenient(cls: Any) -> Callable[[bytes], Any]:
     def parse(raw: bytes) -> Any:
         try:
-            return cls.FromString(raw)
+            message = cls.FromString(raw)
         except Exception as exc:  # DecodeError, or invalid UTF-8 in a string field
             return _Malformed(cls.DESCRIPTOR.name, str(exc)[:200])
+        unknown = UnknownFieldSet(message)  # a form this sidecar does not read: never ignored
+        if len(unknown):
+            fields = (unknown[i].field_number for i in range(len(unknown)))
+            numbers = ", ".join(sorted({str(n) for n in fields}))
+            why = f"field(s) {numbers} not in the wire's version 1"
+            return _Malformed(cls.DESCRIPTOR.name, why)
+        return message
 
     return parse
 

@@ -436,3 +436,26 @@ def test_sidecar_killed_mid_task_and_restarted_commit_lands_once(
         assert int(redis_server.client().hget(meta_key(namespace, "c", 0), "batch")) == 2
     finally:
         side.kill()
+
+
+def test_a_request_with_a_field_of_another_version_is_refused(
+    redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
+) -> None:
+    """A commit in a form the sidecar does not read is refused, never applied as empty."""
+    with ts(sidecar, namespace, 1) as s:
+        s["k"] = 1
+    task = pb.TaskId(namespace=namespace, component="c", partition=0)
+    before = data_of(redis_server, namespace)
+    # field 4: a per-entry upsert, gone from the wire before its first release
+    raw = pb.CommitRequest(task=task, epoch=1, batch=2).SerializeToString()
+    raw += b"\x22\x06\x0a\x01k\x12\x012"
+    with grpc.insecure_channel(f"unix:{sidecar.socket}") as ch:
+        commit = ch.unary_unary(
+            "/taskstate.v1.TaskStateService/Commit", request_serializer=None,
+            response_deserializer=pb.CommitResponse.FromString,
+        )  # fmt: skip
+        with pytest.raises(grpc.RpcError) as info:
+            commit(raw, timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "field(s) 4 not in the wire's version 1" in (info.value.details() or "")
+    assert data_of(redis_server, namespace) == before

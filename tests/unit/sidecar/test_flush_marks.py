@@ -162,8 +162,13 @@ def test_the_bound_on_opens_keeps_a_deferral_in_the_journal(
 
 
 def test_a_flush_asked_again_while_it_runs_fails(tmp_path: Path) -> None:
-    """The plugin asks again when its connection broke: the first flush is still running."""
-    fc = FlushCoordinator(mark_done=Marks(), timeout_s=5)
+    """The plugin asks again when its connection broke: the first flush is still running.
+
+    The second fails at once and takes nothing of the first's (its Opens, its marks).
+    """
+    marks = Marks()
+    fc = FlushCoordinator(mark_done=marks, timeout_s=5)
+    fc.opened(A, 4, "app:7")
 
     async def both() -> tuple[tuple[bool, str, int], tuple[bool, str, int]]:
         requests: asyncio.Queue[pb.AttachMessage] = asyncio.Queue()
@@ -185,6 +190,7 @@ def test_a_flush_asked_again_while_it_runs_fails(tmp_path: Path) -> None:
 
     first, second = asyncio.run(both())
     assert first[0] and not second[0] and "still under way" in second[1]
+    assert marks.calls == [(A, 4, "app:7")]  # the first flush marked the batch finished
 
 
 def test_a_short_write_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
