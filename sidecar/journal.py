@@ -9,6 +9,7 @@ so that a FLUSH the successor answers is as truthful as the old sidecar's would 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -96,7 +97,12 @@ class Journal:
         if record[0] != "ended":
             self._live.setdefault(int(record[1]), []).append(record)  # type: ignore[call-overload]
         line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
-        _write_all(self._fd, line)
+        try:
+            _write_all(self._fd, line)
+        except OSError:
+            with contextlib.suppress(OSError):  # no fragment for the next line to join
+                os.ftruncate(self._fd, self._size)
+            raise
         self._size += len(line)
         if self._size > max(self.compact_bytes, 2 * self._kept):
             self._rewrite()

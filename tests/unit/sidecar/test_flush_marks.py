@@ -193,9 +193,23 @@ def test_a_flush_asked_again_while_it_runs_fails(tmp_path: Path) -> None:
     assert marks.calls == [(A, 4, "app:7")]  # the first flush marked the batch finished
 
 
-def test_a_short_write_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    journal = Journal(tmp_path / "j")
+def test_a_short_write_is_an_error_and_leaves_no_fragment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk: the record is refused, and the next one is read back whole."""
+    path = tmp_path / "j"
+    journal = Journal(path)
     journal.open()
-    monkeypatch.setattr(os, "write", lambda fd, data: 0)  # a full disk
+    write = os.write
+    left = [2]
+
+    def failing(fd: int, data: bytes) -> int:  # half a record, then nothing: a full disk
+        left[0] -= 1
+        return write(fd, bytes(data)[:5]) if left[0] else 0
+
+    monkeypatch.setattr(os, "write", failing)
     with pytest.raises(OSError, match="wrote 0 bytes"):
         journal.deferred(7, 4242)
+    monkeypatch.setattr(os, "write", write)
+    journal.deferred(8, 4243)
+    assert ["deferred", 8, 4243] in Journal(path).open()
