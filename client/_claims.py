@@ -139,7 +139,7 @@ class Claims:
         is of; else it has no data, and the attempt's next block here reads the state
         again.
         """
-        commit = committer.whole(prior, upserts)
+        commit = committer.whole(upserts)
         if commit is None:
             return None
         req = pb.OpenCommitRequest(open=self._open_request(), commit=commit)

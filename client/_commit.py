@@ -101,7 +101,7 @@ class Committer:
             req.batch = self.batch
         return req
 
-    def whole(self, session: Session, upserts: list[tuple[str, bytes]]) -> pb.CommitRequest | None:
+    def whole(self, upserts: list[tuple[str, bytes]]) -> pb.CommitRequest | None:
         """The upserts as one CommitRequest without its epoch (None: over one message).
 
         For OpenCommit: a block that only wrote, committed with the Open that gives its

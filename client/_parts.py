@@ -54,9 +54,9 @@ _by_attempt: dict[tuple[object, ...], TaskParts] = {}
 
 # The last block's arguments and parts. A group call's block passes what the one before
 # it did (the same TaskIdentity, the same settings), so one comparison finds its parts
-# without building and hashing the table's key. Emptied in a
-# forked child, as the table's key (its pid) would miss there. One tuple, replaced whole:
-# a block in another thread never pairs one block's arguments with another's parts.
+# without building and hashing the table's key. Emptied in a forked child, as the table's
+# key (its pid) would miss there. One tuple, replaced whole: a block in another thread never
+# pairs one block's arguments with another's parts.
 _last: tuple[Any, Any] = (None, None)
 
 

@@ -60,7 +60,17 @@ def fenced(fq: str, current: object) -> SidecarError:
     )
 
 
-def claim_lost(fq: str, stored: object, held: int) -> SidecarError:
+def stale_epoch(fq: str, stored: str, held: int | None) -> SidecarError:
+    """A request whose epoch is not Redis' (`stored`; `held`: the request's, if known).
+
+    Behind Redis': a newer attempt fenced it off. Ahead of it: Redis lost the claim.
+    """
+    if held is not None and stored.isdigit() and int(stored) < held:
+        return _claim_lost(fq, stored, held)
+    return fenced(fq, stored)
+
+
+def _claim_lost(fq: str, stored: object, held: int) -> SidecarError:
     """A request whose epoch is ahead of Redis': Redis lost the attempt's claim."""
     return SidecarError(
         codes.STORAGE_UNAVAILABLE,

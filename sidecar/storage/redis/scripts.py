@@ -135,9 +135,7 @@ def _rescaling(r: Refused, lock: str) -> SidecarError:
 def _fenced(r: Refused, epoch: str) -> SidecarError:
     if r.script == "import":
         return errors.import_fenced(r.task, epoch)
-    if r.epoch is not None and epoch.isdigit() and int(epoch) < r.epoch:
-        return errors.claim_lost(r.task, epoch, r.epoch)
-    return errors.fenced(r.task, epoch)
+    return errors.stale_epoch(r.task, epoch, r.epoch)
 
 
 def _lost(r: Refused, detail: str) -> SidecarError:

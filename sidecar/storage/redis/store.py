@@ -251,10 +251,8 @@ class RedisTaskStore:
     async def _check_epoch(self, task: TaskKey, meta_key: str, epoch: int) -> None:
         client = self._conn.client
         current = await self._conn.run("epoch", lambda: client.hget(meta_key, "epoch"))
-        if current is not None and int(current) < epoch:
-            raise errors.claim_lost(task.fq, text(current), epoch)
         if current is None or int(current) != epoch:
-            raise errors.fenced(task.fq, text(current) or "none")
+            raise errors.stale_epoch(task.fq, text(current) or "none", epoch)
 
     async def commit(
         self,
