@@ -34,7 +34,7 @@ from taskstate.proto import taskstate_pb2 as pb
 from ._commit import Committer, Sender
 from ._errors import TaskStateError
 from ._session import Session
-from ._transport import GrpcTransport
+from ._transport import Transport
 
 log = logging.getLogger("taskstate.client")
 
@@ -88,7 +88,7 @@ class Held:
 class Attachment:
     """This process's Attach stream to one sidecar, served by a daemon thread."""
 
-    def __init__(self, transport: GrpcTransport, buffer: Buffer) -> None:
+    def __init__(self, transport: Transport, buffer: Buffer) -> None:
         self.transport = transport
         self.buffer = buffer
         self.pid = os.getpid()
@@ -169,7 +169,7 @@ class Buffer:
             self._held.clear()
             self._pid = os.getpid()
 
-    def _attachment(self, transport: GrpcTransport) -> Attachment:
+    def _attachment(self, transport: Transport) -> Attachment:
         with self._lock:
             self._forked()
             a = self._attachments.get(transport.target)

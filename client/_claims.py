@@ -30,7 +30,7 @@ from ._context import TaskIdentity
 from ._reads import note_restore
 from ._schema import Schema
 from ._session import RECENT, OpenInfo, Session, later_block
-from ._transport import GrpcTransport
+from ._transport import Transport
 from ._wire import decode_chunk, unpack_keys
 
 
@@ -49,7 +49,7 @@ class Claims:
     def __init__(
         self,
         task_id: str,
-        transport: GrpcTransport,
+        transport: Transport,
         schema: Schema,
         config: TaskStateConfig,
         ident: TaskIdentity,

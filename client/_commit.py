@@ -15,7 +15,7 @@ from taskstate.proto import taskstate_pb2 as pb
 from ._config import TaskStateConfig
 from ._errors import LimitError
 from ._session import Session
-from ._transport import GrpcTransport
+from ._transport import Transport
 from ._wire import ENTRY_OVERHEAD, REQUEST_HEADROOM, pieces
 
 
@@ -37,7 +37,7 @@ class Sender(Protocol):
 class Committer:
     """Commits change sets of one task in one batch (or batch job)."""
 
-    transport: GrpcTransport
+    transport: Transport
     config: TaskStateConfig
     task_id: str
     task: pb.TaskId

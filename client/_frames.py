@@ -6,8 +6,7 @@ answered with an error), `LaneUnreachableError` (no connection: nothing was sent
 yields its messages as they come, and fails the same ways.
 After any failure the socket is closed, so a late answer is never read as the next
 call's; so is a stream's socket when its reader stops before the last message.
-`_transport.GrpcTransport` decides when the lane is used and maps the errors (and
-`admin.AdminClient.read_chunks` for the Read stream).
+`_transport.LaneWire` decides when the lane is used and maps the errors.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from ._context import TaskIdentity
 from ._errors import ConfigError
 from ._reads import Reads
 from ._schema import Schema, Upgrade, event_time_ms
-from ._transport import GrpcTransport
+from ._transport import Transport
 from ._wire import REQUEST_HEADROOM
 
 
@@ -44,7 +44,7 @@ class TaskParts:
     task_id: str
     codec: JsonCodec
     schema: Schema
-    transport: GrpcTransport
+    transport: Transport
     claims: Claims
     reads: Reads
     committer: Committer
@@ -133,7 +133,7 @@ def _build(
         )
     codec: JsonCodec = CODECS[c.codec]
     schema = Schema(task_id, codec, ttl_s=ttl, version=version, upgrade=upgrade)
-    transport = GrpcTransport(
+    transport = Transport(
         c.target,
         timeout_s=c.timeout_s,
         retry_deadline_s=c.retry_deadline_s,

@@ -29,7 +29,7 @@ from taskstate.proto import taskstate_pb2 as pb
 from ._changes import MISSING
 from ._errors import CodecError
 from ._schema import Schema
-from ._transport import GrpcTransport
+from ._transport import Transport
 from ._wire import name_bad_utf8
 
 # A page of an on-demand read: at most this many keys, and about `budget` bytes of values
@@ -74,7 +74,7 @@ class Reads:
     def __init__(
         self,
         task_id: str,
-        transport: GrpcTransport,
+        transport: Transport,
         schema: Schema,
         pb_task: Callable[[], pb.TaskId],
         budget: int,

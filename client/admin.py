@@ -31,14 +31,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from taskstate.proto import ids
 from taskstate.proto import taskstate_pb2 as pb
-from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 from taskstate.proto.durability import Durability
 
 from ._codec import CODECS
 from ._errors import ConfigError, SidecarUnavailableError, StateChangedError, TaskStateError
-from ._frames import FrameStatusError, LaneDownError, LaneUnreachableError
 from ._security import SidecarSecurity
-from ._transport import lane_for, translate, translate_frame
+from ._transport import Transport
+from ._wires import CallFailed
 from .address import DEFAULT_RUN_DIR, DEFAULT_SIDECAR, ENV_RUN_DIR, ENV_SIDECAR, grpc_target
 
 _PLUGIN_SOCKET = re.compile(r"jvm-(\d+)\.sock")
@@ -97,10 +96,6 @@ def _fq(task: pb.TaskId) -> str:
     return ids.fq_task_id(task.namespace, task.component, task.partition)
 
 
-def _is_last(chunk: pb.RestoreChunk) -> bool:
-    return chunk.last
-
-
 def _scope(request: Any) -> str:
     return f"{request.namespace}/{request.component}"
 
@@ -127,14 +122,15 @@ class AdminClient:
         self.target = grpc_target(self.sidecar)
         self.timeout_s = timeout_s
         self.security = security or SidecarSecurity.from_env(token_file=token_file)
-        self.channel = self.security.channel(
+        self.transport = Transport(
             self.target,
-            [
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ],
+            timeout_s=timeout_s,
+            retry_deadline_s=0,  # an operator's call fails at once: the operator retries
+            max_message_bytes=MAX_MESSAGE_BYTES,
+            security=self.security,
+            unavailable=self._unavailable,
+            own=True,
         )
-        self._stub = pb_grpc.TaskStateServiceStub(self.channel)
         self.rereads = 0  # reads started again because a commit landed mid-read
 
     def __enter__(self) -> AdminClient:
@@ -144,25 +140,18 @@ class AdminClient:
         self.close()
 
     def close(self) -> None:
-        """Close the channel."""
-        self.channel.close()
+        """Close the connection."""
+        self.transport.close()
 
     def _call(self, method: str, request: Any, task: str | None = None) -> Any:
-        try:
-            return getattr(self._stub, method)(request, timeout=self.timeout_s)
-        except grpc.RpcError as exc:
-            raise self._error(exc, task) from None
+        return self.transport.unary(method, request, task)
 
-    def _error(self, exc: grpc.RpcError, task: str | None = None) -> TaskStateError:
-        """translate(), but an unreachable sidecar is not one "beside this executor"."""
-        err = translate(exc, task, self.sidecar)
-        if type(err) is SidecarUnavailableError:
-            code = exc.code().name if hasattr(exc, "code") else "UNAVAILABLE"
-            details = exc.details() if hasattr(exc, "details") else str(exc)
-            return SidecarUnavailableError(
-                f"no sidecar answers at {self.sidecar} ({code}: {details})", task
-            )
-        return err
+    def _unavailable(self, failed: CallFailed, task: str | None) -> TaskStateError:
+        """An unreachable sidecar is not one "beside this executor" here."""
+        status = failed.status.name if failed.status is not None else "UNAVAILABLE"
+        return SidecarUnavailableError(
+            f"no sidecar answers at {self.sidecar} ({status}: {failed.details})", task
+        )
 
     # -- the sidecar itself ------------------------------------------------------------
 
@@ -171,12 +160,13 @@ class AdminClient:
 
         SidecarUnavailableError when it does not answer at all.
         """
+        health = health_pb2_grpc.HealthStub(self.transport.grpc_wire.channel)
         try:
-            r = health_pb2_grpc.HealthStub(self.channel).Check(
+            r = health.Check(
                 health_pb2.HealthCheckRequest(service=""), timeout=timeout_s or self.timeout_s
             )
         except grpc.RpcError as exc:
-            raise self._error(exc) from None
+            raise self.transport.grpc_error(exc, None) from None
         return str(health_pb2.HealthCheckResponse.ServingStatus.Name(r.status))
 
     def doctor(self, durability: Durability | str = "applied") -> pb.DoctorResponse:
@@ -244,41 +234,9 @@ class AdminClient:
 
         One version, or StateChangedError at the end when a commit landed meanwhile: the
         caller keeps what it got apart until the last chunk (`last`: version and batch).
-        On the sidecar's frame lane where it serves one (a Unix socket without TLS: no
-        gRPC channel thread and hand-over per chunk in this process), else over gRPC; on
-        the lane each chunk must come within the client's timeout of the one before.
+        On the frame lane each chunk must come within the client's timeout of the one before.
         """
-        fq = _fq(request.task)
-        lane = lane_for(self.target, self.security)
-        if lane is not None and lane.open_now():
-            got = False
-            try:
-                for chunk in lane.stream(
-                    "Read", request.SerializeToString(), self.timeout_s, MAX_MESSAGE_BYTES,
-                    pb.RestoreChunk.FromString, _is_last,
-                ):  # fmt: skip
-                    got = True
-                    yield chunk
-                return
-            except LaneUnreachableError:
-                pass  # nothing was sent (no lane there): over gRPC
-            except LaneDownError as exc:
-                if got:
-                    raise SidecarUnavailableError(
-                        f"no sidecar answers at {self.sidecar} (the read broke off: {exc})", fq
-                    ) from None
-                # a connection the sidecar had closed (a restart): over gRPC, as from the start
-            except FrameStatusError as exc:
-                err = translate_frame(exc, fq, self.sidecar)
-                if type(err) is SidecarUnavailableError:
-                    err = SidecarUnavailableError(
-                        f"no sidecar answers at {self.sidecar} ({exc.details})", fq
-                    )
-                raise err from None
-        try:
-            yield from self._stub.Read(request)
-        except grpc.RpcError as exc:
-            raise self._error(exc, fq) from None
+        yield from self.transport.stream("Read", request, _fq(request.task))
 
     def read_again(
         self, attempt: int, fq: str, on_reread: Callable[[str], None] | None = None
@@ -335,10 +293,8 @@ class AdminClient:
         """Move a component's keys to `to` partitions; its progress, ending with "done"."""
         req = pb.RescaleRequest(namespace=namespace, component=component, to=to,
                                 key_type=key_type, quiet_seconds=quiet_seconds)  # fmt: skip
-        try:
-            yield from self._stub.Rescale(req)  # no deadline: a large state takes a while
-        except grpc.RpcError as exc:
-            raise self._error(exc, f"{namespace}/{component}") from None
+        # no deadline: a large state takes a while
+        yield from self.transport.stream("Rescale", req, f"{namespace}/{component}")
 
     def set(self, task: pb.TaskId | str, key: str, value: Any) -> pb.EditResponse:
         """Set one key of a task to a JSON value; the job sees it from its next batch."""

@@ -23,7 +23,7 @@ import pytest
 from taskstate.client import LocalContext, TaskState
 from taskstate.client._buffer import buffer
 from taskstate.client._errors import StateLostError, StorageUnavailableError
-from taskstate.client._transport import GrpcTransport
+from taskstate.client._transport import Transport
 from taskstate.client.admin import AdminClient
 from taskstate.proto import codes
 from taskstate.sidecar.errors import SidecarError
@@ -319,16 +319,16 @@ def test_a_block_after_a_failed_held_commit_reads_what_its_attempt_held(
     side, barrier = barrier_sidecar
     ctx = plugin_ctx(0, batch_id=1)
     groups(ctx, side.target, namespace, 4)  # g0 committed at its exit, g1-g3 held
-    real = GrpcTransport.commit
+    real = Transport.commit
     failures = [2]  # the failed block's two tries at committing what was held
 
-    def commit(self: GrpcTransport, req: Any, task: str) -> Any:
+    def commit(self: Transport, req: Any, task: str) -> Any:
         if failures[0] > 0:
             failures[0] -= 1
             raise StorageUnavailableError(f"task {task}: injected", task)
         return real(self, req, task)
 
-    monkeypatch.setattr(GrpcTransport, "commit", commit)
+    monkeypatch.setattr(Transport, "commit", commit)
     with pytest.raises(StorageUnavailableError):
         with TaskState(ctx, component="c", namespace=namespace, sidecar=side.target) as s:
             s["g4"] = 1

@@ -84,9 +84,9 @@ def test_a_blocks_calls_travel_the_lane(
     # the same block without the lane needs the gRPC socket, which is not there
     _cache.sessions.clear()
     monkeypatch.setenv("TASKSTATE_FRAME_LANE", "off")
-    import taskstate.client._transport as transport
+    import taskstate.client._wires as transport
 
-    monkeypatch.setattr(transport, "_lanes", {})
+    monkeypatch.setattr(transport, "_wires", {})
     with pytest.raises(SidecarUnavailableError):
         with ts(target, namespace, 2) as s:
             s["a"] = 3
@@ -382,12 +382,12 @@ def test_an_answer_over_the_clients_limit_is_the_same_error_on_both_transports(
     monkeypatch: pytest.MonkeyPatch,
     lane: str,
 ) -> None:
-    import taskstate.client._transport as transport
+    import taskstate.client._wires as transport
 
     with ts(sidecar.target, namespace, 0) as s:
         s["big"] = "x" * 200_000
     _cache.sessions.clear()  # the next block reads the key from the sidecar (MultiGet)
-    monkeypatch.setattr(transport, "_lanes", {})
+    monkeypatch.setattr(transport, "_wires", {})
     monkeypatch.setenv("TASKSTATE_FRAME_LANE", lane)
     monkeypatch.setenv("TASKSTATE_MAX_MESSAGE_BYTES", str(1 << 16))
     with pytest.raises(LimitError), ts(sidecar.target, namespace, 1) as s:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-import taskstate.client._transport as transport
+import taskstate.client._wires as transport
 from taskstate.client import (
     LimitError,
     LocalContext,
@@ -89,7 +89,7 @@ def test_a_read_travels_the_lane_and_gives_what_grpc_gives(
     assert lane_only.metrics()['taskstate_requests_total{code="ok",method="Read"}'] == 1
     # without the lane the read needs the gRPC socket, which is not there
     monkeypatch.setenv("TASKSTATE_FRAME_LANE", "off")
-    monkeypatch.setattr(transport, "_lanes", {})
+    monkeypatch.setattr(transport, "_wires", {})
     with (
         AdminClient(lane_only.target, timeout_s=2) as admin,
         pytest.raises(SidecarUnavailableError),

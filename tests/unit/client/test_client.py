@@ -23,7 +23,7 @@ from taskstate.client import (
     StateAheadError,
     StateLostError,
     TaskState,
-    _transport,
+    _wires,
 )
 from taskstate.client._security import SidecarSecurity
 from taskstate.client.admin import AdminClient
@@ -365,11 +365,11 @@ def test_a_connected_channel_is_told_in_microseconds_with_or_without_a_token(
     # core channel (grpc.channel_ready_future costs about 0.5 ms even then): if grpc's
     # internals move, this says so, where the calls would only get slower
     for security in (SidecarSecurity(), SidecarSecurity(token="t0ken")):  # noqa: S106
-        channel = _transport._channel(fake.target, 1 << 20, security)[0]
-        grpc.channel_ready_future(channel).result(timeout=10)
-        assert _transport._connected(channel), security
-    missing = _transport._channel(f"unix://{tmp_path}/none.sock", 1 << 20)[0]
-    assert not _transport._connected(missing)
+        wire = _wires.GrpcWire(fake.target, 1 << 20, security)
+        grpc.channel_ready_future(wire.channel).result(timeout=10)
+        assert wire.connected(), security
+    missing = _wires.GrpcWire(f"unix://{tmp_path}/none.sock", 1 << 20, SidecarSecurity())
+    assert not missing.connected()
 
 
 def test_use_outside_the_block_and_double_enter_are_errors(
