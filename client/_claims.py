@@ -287,13 +287,11 @@ class Claims:
         wire = [0]  # bytes received: the state's size per key (`_cache.size_of`)
 
         def on_chunk(chunk: pb.RestoreChunk) -> None:
-            wire[0] += len(chunk.packed) + (chunk.ByteSize() if chunk.entries else 0)
+            wire[0] += len(chunk.packed)
             not_covered[0] = chunk.not_covered
             if chunk.delta:
                 delta[0] = True
-                deleted.extend(chunk.deletes)
-                if chunk.packed_deletes:
-                    deleted.extend(unpack_keys(task, chunk.packed_deletes))
+                deleted.extend(unpack_keys(task, chunk.packed_deletes))
             decode_chunk(task, chunk, decode, json, data)
 
         def on_reset() -> None:
@@ -302,7 +300,7 @@ class Claims:
             deleted.clear()
             delta[0] = False
 
-        req = pb.RestoreRequest(task=self.pb_task(), epoch=session.epoch, packed=True)
+        req = pb.RestoreRequest(task=self.pb_task(), epoch=session.epoch)
         if since is not None:
             req.since_version = since.version
             req.delta_only = self.config.load != "eager"

@@ -21,9 +21,9 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-import msgpack
 import orjson
 
+from taskstate.proto import chunks
 from taskstate.proto import taskstate_pb2 as pb
 
 from ._changes import MISSING
@@ -142,12 +142,13 @@ class Reads:
 
     def _page(self, keys: list[str], epoch: int) -> list[bytes | None]:
         task = self.pb_task()
-        blob = msgpack.packb(keys, use_bin_type=True)
-        r = self.transport.multi_get(
-            pb.GetRequest(task=task, epoch=epoch, packed_keys=blob), self.task_id
-        )
-        values: list[bytes | None] = msgpack.unpackb(r.packed_values, raw=False)
-        if not isinstance(values, list) or len(values) != len(keys):
+        req = pb.GetRequest(task=task, epoch=epoch, packed_keys=chunks.pack(keys))
+        r = self.transport.multi_get(req, self.task_id)
+        try:
+            values: list[bytes | None] = chunks.unpack(r.packed_values, text=False)
+        except ValueError:
+            values = []
+        if len(values) != len(keys):
             raise CodecError(
                 f"task {self.task_id}: the sidecar answered {len(keys)} keys with a "
                 "malformed value list",
@@ -181,7 +182,12 @@ class Reads:
         keys: list[str] = []
 
         def on_chunk(chunk: pb.RestoreChunk) -> None:
-            keys.extend(e.key for e in chunk.entries)
+            flat = chunks.unpack(chunk.packed, text=False)
+            try:
+                keys.extend(map(bytes.decode, flat[0::2]))
+            except UnicodeDecodeError:  # a stored key that is not UTF-8: name it
+                name_bad_utf8(self.task_id, flat)
+                raise
 
         self.transport.restore(
             pb.RestoreRequest(task=self.pb_task(), epoch=epoch),

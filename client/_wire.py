@@ -1,7 +1,8 @@
-"""A change set as CommitRequest pieces, and Restore chunks as decoded entries.
+"""A change set as CommitRequest pieces, and read chunks as decoded entries.
 
-Packed: one msgpack blob per side, one C call each. A change set over the message limit
-is cut into pieces under it; one entry over it is a LimitError.
+Both packed as `taskstate.proto.chunks` says: one msgpack blob per list, one C call each.
+A change set over the message limit is cut into pieces under it; one entry over it is a
+LimitError.
 """
 
 from __future__ import annotations
@@ -10,8 +11,7 @@ from collections.abc import Callable
 from itertools import chain
 from typing import Any
 
-import msgpack
-
+from taskstate.proto import chunks
 from taskstate.proto import taskstate_pb2 as pb
 
 from ._errors import CodecError, LimitError
@@ -23,7 +23,7 @@ REQUEST_HEADROOM = 64 << 10
 def unpack_keys(task: str, blob: bytes) -> list[str]:
     """A packed list of keys (RestoreChunk.packed_deletes)."""
     try:
-        keys: list[str] = msgpack.unpackb(blob, raw=False)
+        keys: list[str] = chunks.unpack(blob, text=True)
     except UnicodeDecodeError:
         raise CodecError(
             f"task {task}: a deleted key sent by the sidecar is not UTF-8 text; it was not "
@@ -40,7 +40,7 @@ def decode_chunk(
     json: bool,
     into: dict[str, Any],
 ) -> None:
-    """One Restore chunk's entries into `into`.
+    """One chunk's entries into `into`.
 
     JSON (`json`: version 1 code, whose stored values need no upgrade): each value goes in
     as its stored bytes, decoded by the block that first reads it (`TaskState.get`, through
@@ -48,12 +48,10 @@ def decode_chunk(
     of the keys it reads only. No decoded JSON value is ever `bytes`, so the two cannot be
     confused. Otherwise every value is decoded (unwrapped and upgraded) here.
     """
-    for e in chunk.entries:
-        into[e.key] = decode(task, e.key, e.value)
     if not chunk.packed:
         return
     if json:
-        raw: list[bytes] = msgpack.unpackb(chunk.packed, raw=True)
+        raw: list[bytes] = chunks.unpack(chunk.packed, text=False)
         try:
             keys = list(map(bytes.decode, raw[0::2]))
         except UnicodeDecodeError:  # a stored key that is not UTF-8: name it
@@ -62,9 +60,9 @@ def decode_chunk(
         into.update(zip(keys, raw[1::2], strict=True))
         return
     try:
-        flat = msgpack.unpackb(chunk.packed, raw=False)
+        flat = chunks.unpack(chunk.packed, text=True)
     except UnicodeDecodeError:  # stored bytes that are not UTF-8: name the key
-        flat = name_bad_utf8(task, msgpack.unpackb(chunk.packed, raw=True))
+        flat = name_bad_utf8(task, chunks.unpack(chunk.packed, text=False))
     for k, v in zip(flat[0::2], flat[1::2], strict=True):
         into[k] = decode(task, k, v)
 
@@ -86,16 +84,6 @@ def name_bad_utf8(task: str, raw: list[bytes]) -> list[Any]:
     return [x.decode() for x in raw]
 
 
-def _pack(items: Any) -> bytes:
-    """Msgpack array of str keys and values (the CommitRequest.packed_* form).
-
-    Values as msgpack str: the form the commit script reads as it is (Lua's cmsgpack has
-    no bin type), so the sidecar hands the blob to Redis as it came.
-    """
-    out: bytes = msgpack.packb(list(items), use_bin_type=False)
-    return out
-
-
 def pieces(
     task: str, upserts: list[tuple[str, bytes]], deletes: list[str], budget: int
 ) -> list[dict[str, Any]]:
@@ -104,14 +92,14 @@ def pieces(
     One msgpack blob per side, one C call each; the blobs' length is the size check, so
     the common case never walks the entries in Python.
     """
-    ups = _pack(chain.from_iterable(upserts)) if upserts else b""
-    dels = _pack(deletes) if deletes else b""
+    ups = chunks.pack(chain.from_iterable(upserts))
+    dels = chunks.pack(deletes)
     if len(ups) + len(dels) + ENTRY_OVERHEAD <= budget:
         return [{"packed_upserts": ups, "packed_deletes": dels}]
     return [
         {
-            "packed_upserts": _pack(chain.from_iterable(u)) if u else b"",
-            "packed_deletes": _pack(d) if d else b"",
+            "packed_upserts": chunks.pack(chain.from_iterable(u)),
+            "packed_deletes": chunks.pack(d),
         }
         for u, d in split(task, upserts, deletes, budget)
     ]

@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from taskstate.proto import ids
+from taskstate.proto import chunks, ids
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto.durability import Durability
 
@@ -218,8 +218,8 @@ class AdminClient:
             version = ""
             try:
                 for chunk in self.read_chunks(pb.ReadRequest(task=task, pattern=pattern)):
-                    for e in chunk.entries:
-                        out[e.key] = e.value
+                    flat = chunks.unpack(chunk.packed, text=False)
+                    out.update(zip(map(bytes.decode, flat[0::2]), flat[1::2], strict=True))
                     if chunk.last:
                         version = chunk.version
                 return out, version

@@ -26,7 +26,7 @@ import msgpack
 def pack(items: Iterable[str | bytes | None]) -> bytes:
     """One array of raw msgpack strings (nil for None); empty bytes for no items."""
     flat = list(items)
-    return msgpack.packb(flat, use_bin_type=False) if flat else b""  # type: ignore[no-any-return]
+    return msgpack.packb(flat, use_bin_type=False) if flat else b""
 
 
 def unpack(blob: bytes, text: bool) -> list[Any]:

@@ -55,7 +55,7 @@ def fq_task_id(namespace: str, component: str, partition: int | str) -> str:
 def attempt_problem(value: str) -> str | None:
     """Return why `value` is not a task attempt id (`SCOPE:N`), or None when it is one.
 
-    The empty string is valid: an older client names no attempt.
+    The empty string is valid: a caller that is no Spark task names no attempt.
     """
     if value and _ATTEMPT_RE.fullmatch(value) is None:
         return (

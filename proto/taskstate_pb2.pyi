@@ -93,20 +93,18 @@ class OpenResponse(_message.Message):
     def __init__(self, epoch: _Optional[int] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., rolled_back: _Optional[bool] = ..., rolled_back_keys: _Optional[int] = ..., reused_claim: _Optional[bool] = ..., flush_barrier: _Optional[bool] = ..., now_ms: _Optional[int] = ..., expired: _Optional[int] = ...) -> None: ...
 
 class RestoreRequest(_message.Message):
-    __slots__ = ("task", "epoch", "max_fields", "packed", "since_version", "delta_only")
+    __slots__ = ("task", "epoch", "max_fields", "since_version", "delta_only")
     TASK_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     MAX_FIELDS_FIELD_NUMBER: _ClassVar[int]
-    PACKED_FIELD_NUMBER: _ClassVar[int]
     SINCE_VERSION_FIELD_NUMBER: _ClassVar[int]
     DELTA_ONLY_FIELD_NUMBER: _ClassVar[int]
     task: TaskId
     epoch: int
     max_fields: int
-    packed: bool
     since_version: str
     delta_only: bool
-    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., max_fields: _Optional[int] = ..., packed: _Optional[bool] = ..., since_version: _Optional[str] = ..., delta_only: _Optional[bool] = ...) -> None: ...
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., max_fields: _Optional[int] = ..., since_version: _Optional[str] = ..., delta_only: _Optional[bool] = ...) -> None: ...
 
 class Entry(_message.Message):
     __slots__ = ("key", "value")
@@ -117,28 +115,22 @@ class Entry(_message.Message):
     def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
 
 class RestoreChunk(_message.Message):
-    __slots__ = ("entries", "last", "version", "packed", "delta", "deletes", "packed_deletes", "not_covered", "committed_batch", "columns")
-    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("last", "version", "packed", "delta", "packed_deletes", "not_covered", "committed_batch")
     LAST_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PACKED_FIELD_NUMBER: _ClassVar[int]
     DELTA_FIELD_NUMBER: _ClassVar[int]
-    DELETES_FIELD_NUMBER: _ClassVar[int]
     PACKED_DELETES_FIELD_NUMBER: _ClassVar[int]
     NOT_COVERED_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_BATCH_FIELD_NUMBER: _ClassVar[int]
-    COLUMNS_FIELD_NUMBER: _ClassVar[int]
-    entries: _containers.RepeatedCompositeFieldContainer[Entry]
     last: bool
     version: str
     packed: bytes
     delta: bool
-    deletes: _containers.RepeatedScalarFieldContainer[str]
     packed_deletes: bytes
     not_covered: bool
     committed_batch: int
-    columns: bytes
-    def __init__(self, entries: _Optional[_Iterable[_Union[Entry, _Mapping]]] = ..., last: _Optional[bool] = ..., version: _Optional[str] = ..., packed: _Optional[bytes] = ..., delta: _Optional[bool] = ..., deletes: _Optional[_Iterable[str]] = ..., packed_deletes: _Optional[bytes] = ..., not_covered: _Optional[bool] = ..., committed_batch: _Optional[int] = ..., columns: _Optional[bytes] = ...) -> None: ...
+    def __init__(self, last: _Optional[bool] = ..., version: _Optional[str] = ..., packed: _Optional[bytes] = ..., delta: _Optional[bool] = ..., packed_deletes: _Optional[bytes] = ..., not_covered: _Optional[bool] = ..., committed_batch: _Optional[int] = ...) -> None: ...
 
 class CommitRequest(_message.Message):
     __slots__ = ("task", "epoch", "batch", "position", "has_position", "durability", "replicas", "writer", "packed_upserts", "packed_deletes")
@@ -355,22 +347,18 @@ class AdoptResponse(_message.Message):
     def __init__(self, known_before: _Optional[bool] = ..., tasks: _Optional[int] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
-    __slots__ = ("task", "pattern", "max_fields", "keys", "changes_since_batch", "packed", "columns")
+    __slots__ = ("task", "pattern", "max_fields", "keys", "changes_since_batch")
     TASK_FIELD_NUMBER: _ClassVar[int]
     PATTERN_FIELD_NUMBER: _ClassVar[int]
     MAX_FIELDS_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
     CHANGES_SINCE_BATCH_FIELD_NUMBER: _ClassVar[int]
-    PACKED_FIELD_NUMBER: _ClassVar[int]
-    COLUMNS_FIELD_NUMBER: _ClassVar[int]
     task: TaskId
     pattern: str
     max_fields: int
     keys: _containers.RepeatedScalarFieldContainer[str]
     changes_since_batch: int
-    packed: bool
-    columns: bool
-    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., pattern: _Optional[str] = ..., max_fields: _Optional[int] = ..., keys: _Optional[_Iterable[str]] = ..., changes_since_batch: _Optional[int] = ..., packed: _Optional[bool] = ..., columns: _Optional[bool] = ...) -> None: ...
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., pattern: _Optional[str] = ..., max_fields: _Optional[int] = ..., keys: _Optional[_Iterable[str]] = ..., changes_since_batch: _Optional[int] = ...) -> None: ...
 
 class SeedBeginRequest(_message.Message):
     __slots__ = ("namespace", "component", "partitions", "overwrite", "batch", "key_type", "quiet_seconds", "lease_seconds")

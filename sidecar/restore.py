@@ -3,10 +3,10 @@
 A worker that holds a version of the task's state (RestoreRequest.since_version) gets only
 the keys changed since, read from the task's change log, when the log still covers that
 version ("delta"); otherwise the whole state ("full"), or nothing when the worker asked for a
-delta only (it reads keys on demand), in chunks of about CHUNK_BYTES. A
-chunk is packed (one msgpack blob: the client decodes it in one C call) or, for older
-clients, one `Entry` per field. A full restore that runs longer than PROGRESS_AFTER_S logs
-its progress with an ETA every PROGRESS_EVERY_S and shows it in a per-task gauge.
+delta only (it reads keys on demand), in chunks of about CHUNK_BYTES, packed as
+`taskstate.proto.chunks` says (the client decodes one in one C call). A full restore that
+runs longer than PROGRESS_AFTER_S logs its progress with an ETA every PROGRESS_EVERY_S and
+shows it in a per-task gauge.
 """
 
 from __future__ import annotations
@@ -17,9 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 from itertools import chain
 from typing import cast
 
-import msgpack
-
-from taskstate.proto import columns
+from taskstate.proto import chunks
 from taskstate.proto import taskstate_pb2 as pb
 
 from . import metrics
@@ -46,7 +44,7 @@ async def stream_restore(
     if request.since_version:
         delta = await storage.changes_since(task, epoch, request.since_version, DELTA_MAX_KEYS)
         if delta is not None:
-            for chunk in _delta_chunks(delta.upserts, delta.deletes, request.packed):
+            for chunk in _delta_chunks(delta.upserts, delta.deletes):
                 yield chunk
             yield pb.RestoreChunk(last=True, delta=True, version=delta.version)
             metrics.RESTORES.labels("delta").inc()
@@ -61,7 +59,7 @@ async def stream_restore(
     progress = _Progress(storage, task, t0)
     try:
         async for flat in storage.restore(task, epoch, n):
-            for chunk in flat_chunks(flat, request.packed):
+            for chunk in flat_chunks(flat):
                 yield chunk
             await progress.sent(len(flat) // 2)
         yield pb.RestoreChunk(last=True, version=await storage.version(task))
@@ -121,15 +119,14 @@ class _Progress:
 
 
 def _delta_chunks(
-    upserts: Sequence[tuple[str | bytes, bytes]], deletes: Sequence[str | bytes], packed: bool
+    upserts: Sequence[tuple[str | bytes, bytes]], deletes: Sequence[str | bytes]
 ) -> list[pb.RestoreChunk]:
     """A delta's chunks: its upserts cut like a full restore's, its deletes with the first."""
-    out = []
-    for piece in pieces(upserts) if upserts else [[]]:
-        out.append(packed_chunk(piece) if packed else entries_chunk(piece))
-        out[-1].delta = True
+    out = [pairs_chunk(piece) for piece in (pieces(upserts) if upserts else [[]])]
+    for chunk in out:
+        chunk.delta = True
     if deletes:
-        out[0].MergeFrom(delete_chunk(deletes, packed))
+        out[0].MergeFrom(delete_chunk(deletes))
     return out
 
 
@@ -152,54 +149,20 @@ def pieces(
     return out
 
 
-def entries_chunk(piece: Sequence[tuple[str | bytes, bytes]]) -> pb.RestoreChunk:
-    """A chunk in the per-entry form (keys may come as Redis' UTF-8 bytes)."""
-    return pb.RestoreChunk(
-        entries=[pb.Entry(key=k if isinstance(k, str) else k.decode(), value=v) for k, v in piece]
-    )
+def pairs_chunk(piece: Sequence[tuple[str | bytes, bytes]]) -> pb.RestoreChunk:
+    """A chunk of keys and values as they came from Redis (the client decodes them in C)."""
+    return pb.RestoreChunk(packed=chunks.pack(chain.from_iterable(piece)))
 
 
-def packed_chunk(piece: Sequence[tuple[str | bytes, bytes]]) -> pb.RestoreChunk:
-    """A chunk in the packed form: one msgpack array [key1, value1, ...] of raw strings.
-
-    Keys and values go as they came from Redis: the client decodes (and UTF-8-checks)
-    them in C.
-    """
-    flat = list(chain.from_iterable(piece))
-    return pb.RestoreChunk(packed=msgpack.packb(flat, use_bin_type=False) if flat else b"")
-
-
-def flat_chunks(flat: Sequence[str | bytes], packed: bool) -> list[pb.RestoreChunk]:
+def flat_chunks(flat: Sequence[str | bytes]) -> list[pb.RestoreChunk]:
     """A page [key1, value1, ...] as chunks of about CHUNK_BYTES (usually one)."""
-    if packed and sum(map(len, flat)) + 4 * len(flat) <= CHUNK_BYTES:  # in C: the common case
-        return [pb.RestoreChunk(packed=msgpack.packb(flat, use_bin_type=False))]
+    if sum(map(len, flat)) + 4 * len(flat) <= CHUNK_BYTES:  # in C: the common case
+        return [pb.RestoreChunk(packed=chunks.pack(flat))]
     # values are bytes (keys: str, or Redis' UTF-8 bytes)
     pairs = cast(list[tuple[str | bytes, bytes]], list(zip(flat[0::2], flat[1::2], strict=True)))
-    chunk = packed_chunk if packed else entries_chunk
-    return [chunk(piece) for piece in pieces(pairs)]
+    return [pairs_chunk(piece) for piece in pieces(pairs)]
 
 
-def columns_chunks(flat: Sequence[bytes]) -> list[pb.RestoreChunk]:
-    """A page [key1, value1, ...] of Redis' bytes as chunks in the column form.
-
-    `taskstate.proto.columns`, in chunks of about CHUNK_BYTES (usually one).
-    """
-    sizes = columns.lengths(flat)
-    if sum(sizes) + 4 * len(flat) <= CHUNK_BYTES:  # in C: the common case
-        return [pb.RestoreChunk(columns=columns.pack_flat(flat, sizes))]
-    pairs = list(zip(flat[0::2], flat[1::2], strict=True))
-    return [
-        pb.RestoreChunk(columns=columns.pack([k for k, _ in p], [v for _, v in p]))
-        for p in cast(list[list[tuple[bytes, bytes]]], pieces(pairs))
-    ]
-
-
-def delete_chunk(deletes: Sequence[str | bytes], packed: bool) -> pb.RestoreChunk:
-    """A chunk of deleted keys (a delta): packed, or one string each."""
-    if packed:
-        return pb.RestoreChunk(
-            delta=True, packed_deletes=msgpack.packb(list(deletes), use_bin_type=False)
-        )
-    return pb.RestoreChunk(
-        delta=True, deletes=[k if isinstance(k, str) else k.decode() for k in deletes]
-    )
+def delete_chunk(deletes: Sequence[str | bytes]) -> pb.RestoreChunk:
+    """A chunk of deleted keys (a delta)."""
+    return pb.RestoreChunk(delta=True, packed_deletes=chunks.pack(deletes))

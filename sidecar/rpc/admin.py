@@ -17,11 +17,9 @@ from ..config import Limits
 from ..restore import (
     DEFAULT_CHUNK_FIELDS,
     MAX_CHUNK_FIELDS,
-    columns_chunks,
     delete_chunk,
-    entries_chunk,
     flat_chunks,
-    packed_chunk,
+    pairs_chunk,
     pieces,
 )
 from ..storage.base import AdminStore, SeedStore, TaskStore
@@ -179,27 +177,16 @@ class AdminRpcs:
                 return
             if page.deletes:
                 sent += len(page.deletes)
-                yield delete_chunk(page.deletes, request.packed)
-            flat = page.flat
-            if request.columns and page.items:  # keys read by name: few, maybe str
-                flat = [x if isinstance(x, bytes) else x.encode()
-                        for pair in page.items for x in pair]  # fmt: skip
-            if request.columns and flat:
-                sent += len(flat) // 2
-                for chunk in columns_chunks(flat):
-                    chunk.delta = delta
-                    yield chunk
-                continue
-            if flat:
-                sent += len(flat) // 2
-                for chunk in flat_chunks(flat, request.packed):
-                    chunk.delta = delta
-                    yield chunk
-            for piece in pieces(page.items) if page.items else ():
-                sent += len(piece)
-                chunk = packed_chunk(piece) if request.packed else entries_chunk(piece)
+                yield delete_chunk(page.deletes)
+            for chunk in flat_chunks(page.flat) if page.flat else ():
                 chunk.delta = delta
                 yield chunk
+            sent += len(page.flat) // 2
+            for piece in pieces(page.items) if page.items else ():
+                chunk = pairs_chunk(piece)
+                chunk.delta = delta
+                yield chunk
+            sent += len(page.items)
 
     async def Import(self, request: pb.ImportRequest) -> pb.ImportResponse:  # noqa: N802
         """Create (or extend) a task from exported state."""

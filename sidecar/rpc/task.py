@@ -10,9 +10,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-import msgpack
-
-from taskstate.proto import ids
+from taskstate.proto import chunks, ids
 from taskstate.proto import taskstate_pb2 as pb
 
 from ..config import Limits
@@ -164,7 +162,7 @@ class TaskRpcs:
         packed = request.packed_keys
         keys = wire.unpack_keys(packed, task.fq, "packed_keys") if packed else []
         values = await self.store.get(task, epoch, keys)
-        return pb.GetResponse(packed_values=msgpack.packb(values, use_bin_type=True))
+        return pb.GetResponse(packed_values=chunks.pack(values))
 
     async def Describe(self, request: pb.DescribeRequest) -> pb.TaskInfo:  # noqa: N802
         """The task's metadata."""

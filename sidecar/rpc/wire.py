@@ -9,9 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import msgpack
-
-from taskstate.proto import codes, ids
+from taskstate.proto import chunks, codes, ids
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto.durability import Durability
 
@@ -126,12 +124,9 @@ def declared_partitions(declared: int, task: TaskKey) -> int | None:
 
 def _unpack_array(blob: bytes, fq: str, what: str) -> list[Any]:
     try:
-        items = msgpack.unpackb(blob, raw=False, use_list=True, strict_map_key=True)
+        return chunks.unpack(blob, text=True)
     except Exception as exc:  # ExtraData, FormatError, StackError, UnicodeDecodeError, ...
         raise bad(f"task {fq}: {what} is not a msgpack array ({type(exc).__name__})") from None
-    if not isinstance(items, list):
-        raise bad(f"task {fq}: {what} is not a msgpack array")
-    return items
 
 
 def _check_keys(keys: list[Any], fq: str, what: str) -> None:
@@ -204,10 +199,10 @@ def seed_page(packed: bytes, namespace: str, component: str, limits: Limits) -> 
     """
     where = f"{namespace}/{component}"
     try:
-        flat = msgpack.unpackb(packed, raw=False)
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        flat = chunks.unpack(packed, text=True)
+    except Exception as exc:  # ExtraData, FormatError, StackError, UnicodeDecodeError, ...
         raise bad(f"{where}: a write's page is not msgpack ({exc})") from None
-    if not isinstance(flat, list) or len(flat) % 2:
+    if len(flat) % 2:
         raise bad(f"{where}: a write's page must be [key, value, key, value, ...]")
     if flat and (set(map(type, flat)) != {str} or min(map(len, flat)) == 0):  # in C
         for i, x in enumerate(flat):

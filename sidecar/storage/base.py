@@ -63,7 +63,7 @@ class TaskStore(Protocol):
     ) -> OpenResult:
         """Claim `task` for task attempt `attempt` (see module docstring).
 
-        `attempt` is the attempt's identity; empty (an older client): always a new claim.
+        `attempt` is the attempt's identity; empty (no Spark task): always a new claim.
         `partitions`: the count the task declares (None: none). The first declared is
         recorded for the component; an Open under another, or by a partition outside
         it, or while a rescale holds the component, is refused (PARTITIONS).

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import msgpack
-
+from taskstate.proto import chunks
 from taskstate.proto.ids import fq_task_id
 
 LAYOUT_VERSION = 1
@@ -56,10 +55,9 @@ class CommitResult:
 class ChangeSet:
     """One commit's changes, checked: absolute values to set, keys to delete (disjoint).
 
-    `packed_upserts` is the msgpack array [key1, value1, key2, value2, ...] and
-    `packed_deletes` the array [key1, ...], every item a msgpack str: the form the commit
-    script reads as it is (Redis' Lua cmsgpack has no bin type), so that a client's blob
-    goes to Redis as it came. `keys`: the upserted keys, then the deleted ones (the change
+    `packed_upserts` (pairs) and `packed_deletes` (keys) as `taskstate.proto.chunks` packs
+    them: the form the commit script reads as it is, so a client's blob goes to Redis as
+    it came. `keys`: the upserted keys, then the deleted ones (the change
     log's entry); `nbytes`: the change set's size as the request carried it.
     """
 
@@ -78,8 +76,8 @@ class ChangeSet:
         return cls(
             keys,
             len(upserts),
-            msgpack.packb(flat, use_bin_type=False) if upserts else b"",
-            msgpack.packb(list(deletes), use_bin_type=False) if deletes else b"",
+            chunks.pack(flat),
+            chunks.pack(deletes),
             sum(len(k) + len(v) for k, v in upserts) + sum(map(len, deletes)),
         )
 

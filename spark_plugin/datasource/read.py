@@ -20,7 +20,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-import msgpack
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -45,7 +44,7 @@ from taskstate.client import (
     StateChangedError,
 )
 from taskstate.client.admin import READ_ATTEMPTS
-from taskstate.proto import columns, envelope, ids
+from taskstate.proto import chunks, envelope, ids
 from taskstate.proto import taskstate_pb2 as pb
 
 from .connect import client_for, unreachable
@@ -54,9 +53,8 @@ from .options import FORMAT, Options
 # expires: the key's expiry in epoch ms (null: none); version: the schema version that
 # wrote its value (TaskState(ttl=..., version=...))
 READ_SCHEMA = "partition int, key string, value string, batch long, expires long, version int"
-# a spilled chunk: its form, the sizes of its entries and of its packed deletes
-_HEAD = struct.Struct("<BII")
-_COLUMNS, _PACKED = 1, 2
+# a spilled chunk: the sizes of its packed entries and of its packed deletes
+_HEAD = struct.Struct("<II")
 
 
 @dataclass(frozen=True)
@@ -128,7 +126,7 @@ class Reader(DataSourceReader):
         task = pb.TaskId(
             namespace=o.namespace, component=o.component, partition=partition.partition
         )
-        request = pb.ReadRequest(task=task, packed=True, columns=True)
+        request = pb.ReadRequest(task=task)
         if partition.keys is not None:
             request.keys.extend(partition.keys)
         if o.changes_since_batch is not None:
@@ -194,7 +192,7 @@ class ChangesReader(Reader):
         for entries, deletes in spill:
             if entries is not None:
                 yield _rows(partition, *entries, batch, deleted=False)
-            gone = msgpack.unpackb(deletes, raw=True) if deletes else []
+            gone = chunks.unpack(deletes, text=False)
             if gone:
                 keys = _text(gone)
                 yield _rows(partition, keys, pa.nulls(len(keys), pa.string()), batch, deleted=True)
@@ -237,47 +235,9 @@ def _text(items: Sequence[bytes | None]) -> pa.Array:
     return pa.array(items, pa.binary()).cast(pa.string())
 
 
-def _columns(blob: bytes) -> tuple[pa.Array, pa.Array]:
-    """The keys and values of a chunk in the column form (`taskstate.proto.columns`).
-
-    String columns over the chunk's own bytes: no step per key in Python. ArrowInvalid
-    when a key or value is not UTF-8, ValueError when the blob is not a column chunk.
-    """
-    if len(blob) < columns.COUNT.size:
-        raise ValueError("a column chunk shorter than its count")
-    (n,) = columns.COUNT.unpack_from(blob)
-    head = columns.COUNT.size + 8 * n
-    if len(blob) < head:
-        raise ValueError(f"a column chunk of {len(blob)} bytes cannot hold {n} lengths")
-    sizes = np.frombuffer(blob, dtype="<u4", count=2 * n, offset=columns.COUNT.size)
-    # the running sums as int64 first: a corrupt length must not wrap around
-    ends = np.cumsum(sizes[:n], dtype=np.int64), np.cumsum(sizes[n:], dtype=np.int64)
-    key_bytes = int(ends[0][-1]) if n else 0
-    value_bytes = int(ends[1][-1]) if n else 0
-    if head + key_bytes + value_bytes != len(blob):
-        raise ValueError(
-            f"a column chunk of {len(blob)} bytes, not {head + key_bytes + value_bytes}"
-        )
-    buf = pa.py_buffer(blob)
-    out = []
-    for run, start, size in ((ends[0], head, key_bytes), (ends[1], head + key_bytes, value_bytes)):
-        offsets = np.zeros(n + 1, dtype=np.int32)
-        offsets[1:] = run
-        col = pa.Array.from_buffers(
-            pa.string(), n, [None, pa.py_buffer(offsets), buf.slice(start, size)]
-        )
-        col.validate(full=True)  # UTF-8, in C
-        out.append(col)
-    return out[0], out[1]
-
-
-def _entries(kind: int, blob: bytes) -> tuple[pa.Array, pa.Array] | None:
-    """A spilled chunk's keys and values (None when it has none)."""
-    if not blob:
-        return None
-    if kind == _COLUMNS:
-        return _columns(blob)
-    flat = msgpack.unpackb(blob, raw=True)  # a sidecar older than ReadRequest.columns
+def _entries(blob: bytes) -> tuple[pa.Array, pa.Array] | None:
+    """A chunk's keys and values as string columns (None when it has none)."""
+    flat = chunks.unpack(blob, text=False)
     return (_text(flat[0::2]), _text(flat[1::2])) if flat else None
 
 
@@ -307,23 +267,21 @@ def _read_once(options: Options, request: pb.ReadRequest) -> tuple[_Spill, int]:
 class _Spill:
     """A read's chunks: the first in memory, the rest in a temporary file, read back once.
 
-    Each as it came (column form, or msgpack from an older sidecar), made into Arrow
-    columns when read back.
+    Each as it came (packed), made into Arrow columns when read back.
     """
 
     def __init__(self) -> None:
-        self._first: tuple[int, bytes, bytes] | None = None
+        self._first: tuple[bytes, bytes] | None = None
         self._file: IO[bytes] | None = None
 
     def add(self, chunk: pb.RestoreChunk) -> None:
-        kind, entries = (_COLUMNS, chunk.columns) if chunk.columns else (_PACKED, chunk.packed)
         if self._first is None:
-            self._first = (kind, entries, chunk.packed_deletes)
+            self._first = (chunk.packed, chunk.packed_deletes)
             return
         if self._file is None:
             self._file = tempfile.TemporaryFile(prefix="taskstate-read-", dir=_spill_dir())
-        self._file.write(_HEAD.pack(kind, len(entries), len(chunk.packed_deletes)))
-        self._file.write(entries)
+        self._file.write(_HEAD.pack(len(chunk.packed), len(chunk.packed_deletes)))
+        self._file.write(chunk.packed)
         self._file.write(chunk.packed_deletes)
 
     def rewind(self) -> None:
@@ -335,15 +293,15 @@ class _Spill:
         """(keys and values, or None; the deleted keys as msgpack) of each chunk."""
         try:
             if self._first is not None:
-                kind, entries, deletes = self._first
+                entries, deletes = self._first
                 self._first = None
-                yield _entries(kind, entries), deletes
+                yield _entries(entries), deletes
             while self._file is not None:
                 head = self._file.read(_HEAD.size)
                 if not head:
                     break
-                kind, a, b = _HEAD.unpack(head)
-                yield _entries(kind, self._file.read(a)), self._file.read(b)
+                a, b = _HEAD.unpack(head)
+                yield _entries(self._file.read(a)), self._file.read(b)
         finally:
             self.close()
 

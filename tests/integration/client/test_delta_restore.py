@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from taskstate.client import LocalContext
+from taskstate.proto import chunks
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 from taskstate.proto.versions import Version, token
@@ -157,7 +158,7 @@ def test_a_delta_restore_is_fenced_like_a_full_one(
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "fenced" in (err.value.details() or "").lower()
     # the current epoch gets the delta: a's new value
-    chunks = list(stub.Restore(pb.RestoreRequest(task=task, epoch=meta.epoch, since_version=since)))
-    assert all(c.delta for c in chunks)
-    assert [(e.key, e.value) for c in chunks for e in c.entries] == [("a", b"2")]
-    assert chunks[-1].last and chunks[-1].version == meta.version
+    got = list(stub.Restore(pb.RestoreRequest(task=task, epoch=meta.epoch, since_version=since)))
+    assert all(c.delta for c in got)
+    assert [chunks.unpack(c.packed, text=False) for c in got if c.packed] == [[b"a", b"2"]]
+    assert got[-1].last and got[-1].version == meta.version

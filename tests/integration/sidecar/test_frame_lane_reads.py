@@ -27,7 +27,7 @@ from taskstate.client import (
     UnauthenticatedError,
 )
 from taskstate.client.admin import AdminClient
-from taskstate.proto import codes, columns, frames
+from taskstate.proto import chunks, codes, frames
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.testing import RedisServer, SidecarProcess
 
@@ -47,9 +47,9 @@ def _fill(target: str, ns: str, keys: int) -> dict[str, dict[str, object]]:
 
 
 def _decode(chunk: pb.RestoreChunk, into: dict[str, object]) -> None:
-    """Add a chunk's keys and values (column form) to `into`."""
-    keys, values = columns.unpack(chunk.columns) if chunk.columns else ([], [])
-    into.update({k.decode(): json.loads(v) for k, v in zip(keys, values, strict=True)})
+    """Add a chunk's keys and values to `into`."""
+    flat = chunks.unpack(chunk.packed, text=True)
+    into.update({k: json.loads(v) for k, v in zip(flat[0::2], flat[1::2], strict=True)})
 
 
 def _read(admin: AdminClient, ns: str, comp: str = "c") -> tuple[dict[str, object], int, int]:
@@ -57,7 +57,7 @@ def _read(admin: AdminClient, ns: str, comp: str = "c") -> tuple[dict[str, objec
     task = pb.TaskId(namespace=ns, component=comp, partition=0)
     got: dict[str, object] = {}
     n, batch = 0, None
-    for chunk in admin.read_chunks(pb.ReadRequest(task=task, packed=True, columns=True)):
+    for chunk in admin.read_chunks(pb.ReadRequest(task=task)):
         n += 1
         _decode(chunk, got)
         if chunk.last:
@@ -125,7 +125,7 @@ def test_a_streams_frames_end_with_its_last_chunk_or_an_error_and_the_connection
     sock.settimeout(10)
     sock.connect(frames.lane_path(sidecar.target.removeprefix("unix://")))
     task = pb.TaskId(namespace=namespace, component="c", partition=0)
-    read = pb.ReadRequest(task=task, packed=True, columns=True).SerializeToString()
+    read = pb.ReadRequest(task=task).SerializeToString()
     for _ in range(2):  # twice on one connection: the first left nothing behind
         sock.sendall(frames.request(frames.STREAMS["Read"], b"", read, 0))
         got: dict[str, object] = {}
@@ -161,7 +161,7 @@ def test_a_reader_that_stops_midway_ends_the_stream_in_the_sidecar(
     cancelled = 'taskstate_requests_total{code="CANCELLED",method="Read"}'
     task = pb.TaskId(namespace=namespace, component="c", partition=0)
     with AdminClient(lane_only.target) as admin:
-        chunks = admin.read_chunks(pb.ReadRequest(task=task, packed=True, columns=True))
+        chunks = admin.read_chunks(pb.ReadRequest(task=task))
         next(chunks)
         assert lane_only.metrics().get(in_flight) == 1
         chunks.close()  # the reader stops: its connection closes
@@ -207,9 +207,7 @@ def test_a_read_under_way_when_the_sidecar_is_told_to_stop_finishes(
         task = pb.TaskId(namespace=namespace, component="c", partition=0)
         got: dict[str, object] = {}
         with AdminClient(side.target) as admin:
-            for n, chunk in enumerate(
-                admin.read_chunks(pb.ReadRequest(task=task, packed=True, columns=True))
-            ):
+            for n, chunk in enumerate(admin.read_chunks(pb.ReadRequest(task=task))):
                 if n == 0:
                     assert not chunk.last and side.proc is not None
                     side.proc.send_signal(signal.SIGTERM)  # draining from here on
@@ -228,7 +226,7 @@ def test_a_sidecar_killed_mid_read_is_an_error_not_a_hang_or_a_part(
         _fill(side.target, namespace, 6000)
         task = pb.TaskId(namespace=namespace, component="c", partition=0)
         with AdminClient(side.target, timeout_s=5) as admin:
-            chunks = admin.read_chunks(pb.ReadRequest(task=task, packed=True, columns=True))
+            chunks = admin.read_chunks(pb.ReadRequest(task=task))
             first = next(chunks)
             assert not first.last
             side.kill(signal.SIGKILL)

@@ -7,6 +7,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from taskstate.proto import chunks
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 from taskstate.sidecar.storage.redis.keys import data_key
@@ -48,7 +49,7 @@ def _restore_peak(r: RedisServer, tmp_path: Path, ns: str, fields: int) -> tuple
             task = pb.TaskId(namespace=ns, component="big", partition=0)
             n = 0
             for chunk in stub.Restore(pb.RestoreRequest(task=task, epoch=epoch), timeout=120):
-                n += len(chunk.entries)
+                n += len(chunks.unpack(chunk.packed, text=False)) // 2
                 assert chunk.ByteSize() < (2 << 20)  # bounded chunks
             assert n == fields
             return before, _peak_rss_kib(side.proc.pid)

@@ -9,7 +9,6 @@ test_data_source.py.
 from __future__ import annotations
 
 import asyncio
-import functools
 import json
 import time
 from typing import Any
@@ -27,7 +26,6 @@ from taskstate.client import (
     _cache,
 )
 from taskstate.client.admin import AdminClient
-from taskstate.proto import columns
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.sidecar.errors import SidecarError
 from taskstate.sidecar.spark_hash import partition_of
@@ -288,15 +286,10 @@ def _read_all(
     values: dict[str, Any] = {}
     deleted: set[str] = set()
     batch = None
-    for chunk in admin.read_chunks(pb.ReadRequest(task=task, packed=True, **kw)):
+    for chunk in admin.read_chunks(pb.ReadRequest(task=task, **kw)):
         if chunk.packed:
-            assert not kw.get("columns"), "asked for the column form, got msgpack"
             flat = msgpack.unpackb(chunk.packed, raw=False)
             values.update({k: json.loads(v) for k, v in zip(flat[0::2], flat[1::2], strict=True)})
-        if chunk.columns:
-            assert kw.get("columns"), "the column form, unasked"
-            keys, stored = columns.unpack(chunk.columns)
-            values.update({k.decode(): json.loads(v) for k, v in zip(keys, stored, strict=True)})
         if chunk.packed_deletes:
             deleted.update(msgpack.unpackb(chunk.packed_deletes, raw=False))
         if chunk.last:
@@ -305,12 +298,11 @@ def _read_all(
     return values, deleted, batch
 
 
-@pytest.mark.parametrize("form", ["packed", "columns"])
 def test_reads_of_some_keys_and_of_the_changes_since_a_batch(
-    sidecar: SidecarProcess, namespace: str, form: str
+    sidecar: SidecarProcess, namespace: str
 ) -> None:
     ns = namespace
-    read_all = functools.partial(_read_all, columns=form == "columns")
+    read_all = _read_all
     with ts(sidecar, ns, 0, 0) as s:
         s.update({f"k{i}": 0 for i in range(10)})
     with ts(sidecar, ns, 1, 0) as s:

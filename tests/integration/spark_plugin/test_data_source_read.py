@@ -37,9 +37,7 @@ def test_a_commit_mid_read_is_never_half_seen(
 
     def commit_after_the_first_chunk(self: AdminClient, request: Any) -> Iterator[Any]:
         for n, chunk in enumerate(real(self, request)):
-            # the column form, not msgpack (which the reader still reads from an older
-            # sidecar): every chunk of keys brings columns
-            assert chunk.last or (chunk.columns and not chunk.packed), "not the column form"
+            assert chunk.last or chunk.packed, "a chunk with no keys before the last"
             chunks_seen.append(n)
             if len(chunks_seen) == 1:  # the first read, after its first chunk
                 with TaskState(LocalContext(0, batch_id=1), component="c",

@@ -5,12 +5,18 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from taskstate.proto import columns, envelope
-from taskstate.spark_plugin.datasource.read import _columns, _rows, _text
+from taskstate.proto import chunks, envelope
+from taskstate.spark_plugin.datasource.read import _entries, _rows, _text
+
+
+def _pack(keys: list[bytes], values: list[bytes]) -> bytes:
+    return chunks.pack(x for kv in zip(keys, values, strict=True) for x in kv)
 
 
 def _rows_of(partition: int, keys: list[bytes], values: list[bytes], batch: int) -> pa.RecordBatch:
-    return _rows(partition, *_columns(columns.pack(keys, values)), batch)
+    entries = _entries(_pack(keys, values))
+    assert entries is not None
+    return _rows(partition, *entries, batch)
 
 
 def test_plain_values_become_rows_with_no_expiry_and_version_1() -> None:
@@ -44,52 +50,35 @@ def test_deleted_rows_have_no_value() -> None:
 @pytest.mark.parametrize("where", ["key", "value"])
 def test_bytes_that_are_not_utf8_are_refused(where: str) -> None:
     bad, good = [b"\xff\xfe"], [b"1"]
-    blob = columns.pack(bad, good) if where == "key" else columns.pack(good, bad)
+    blob = _pack(bad, good) if where == "key" else _pack(good, bad)
     with pytest.raises(pa.ArrowInvalid, match="UTF8|UTF-8"):
-        _columns(blob)
-    with pytest.raises(pa.ArrowInvalid, match="UTF8|UTF-8"):
-        _text(bad)  # the msgpack form's path (a sidecar older than the column form)
+        _entries(blob)
 
 
-def test_the_column_form_round_trips_and_its_arrow_columns_use_the_chunks_bytes() -> None:
+def test_a_chunk_round_trips_into_arrow_columns() -> None:
     keys = [f"k{i}".encode() for i in range(1000)] + [b"", "ü".encode()]
     values = [b'"' + b"x" * i + b'"' for i in range(1000)] + [b"0", b"null"]
-    blob = columns.pack(keys, values)
-    assert columns.unpack(blob) == (keys, values)
-    k, v = _columns(blob)
-    assert k.to_pylist() == [x.decode() for x in keys]
-    assert v.to_pylist() == [x.decode() for x in values]
-    assert _columns(columns.pack([], [])) == (_text([]), _text([]))
+    got = _entries(_pack(keys, values))
+    assert got is not None
+    assert got[0].to_pylist() == [x.decode() for x in keys]
+    assert got[1].to_pylist() == [x.decode() for x in values]
+    assert _entries(b"") is None
 
 
-@pytest.mark.parametrize(
-    "blob",
-    [
-        b"\x01\x00",  # shorter than its count
-        columns.pack([b"a"], [b"1"])[:-1],  # a byte short
-        columns.pack([b"a"], [b"1"]) + b"x",  # a byte over
-        columns.COUNT.pack(5) + b"\0" * 8,  # fewer lengths than the count
-        columns.COUNT.pack(1) + (2**32 - 1).to_bytes(4, "little") + b"\0\0\0\0a",  # a huge length
-    ],
-)
-def test_a_blob_that_is_not_a_column_chunk_is_refused(blob: bytes) -> None:
-    with pytest.raises(ValueError, match="column chunk"):
-        _columns(blob)
-    with pytest.raises(ValueError, match="column chunk"):
-        columns.unpack(blob)
+@pytest.mark.parametrize("blob", [b"\xc1", b"\x91", chunks.pack([b"a"]) + b"x", b"\xa1a"])
+def test_a_blob_that_is_not_a_packed_list_is_refused(blob: bytes) -> None:
+    with pytest.raises(ValueError):
+        _entries(blob)
 
 
-def test_spilled_chunks_read_back_in_either_form() -> None:
-    import msgpack
-
+def test_spilled_chunks_read_back_as_they_came() -> None:
     from taskstate.proto import taskstate_pb2 as pb
     from taskstate.spark_plugin.datasource.read import _Spill
 
     spill = _Spill()
-    spill.add(pb.RestoreChunk(columns=columns.pack([b"a"], [b"1"])))  # held in memory
-    spill.add(pb.RestoreChunk(columns=columns.pack([b"b"], [b"2"])))  # the rest: spilled
-    # an older sidecar's msgpack chunk, with deleted keys
-    spill.add(pb.RestoreChunk(packed=msgpack.packb([b"c", b"3"]), packed_deletes=b"\x91\xa1d"))
+    spill.add(pb.RestoreChunk(packed=_pack([b"a"], [b"1"])))  # held in memory
+    spill.add(pb.RestoreChunk(packed=_pack([b"b"], [b"2"])))  # the rest: spilled
+    spill.add(pb.RestoreChunk(packed=_pack([b"c"], [b"3"]), packed_deletes=b"\x91\xa1d"))
     spill.add(pb.RestoreChunk(packed_deletes=b"\x91\xa1e"))  # deletes only
     spill.rewind()
     got = [(None if e is None else (e[0].to_pylist(), e[1].to_pylist()), d) for e, d in spill]

@@ -2,7 +2,7 @@
 -- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 edits, 6 ttl (the expiry index), 7 ttl_undo,
 --       8 stash (all in the task's hash-tag slot)
 -- ARGV: 1 batch ('' for batch jobs), 2 generation id for a new task, 3 now,
---       4 writer, 5 codec, 6 attempt id ('' from an older client: always a new claim),
+--       4 writer, 5 codec, 6 attempt id ('': no Spark task, always a new claim),
 --       7 '1': refuse a task with no keys at all (TSNEW) so the sidecar can ask the index,
 --       8, 9: the generation and version counter this sidecar last saw ('' '': none),
 --       10: the partition count the task declares ('' none), 11: its partition id,
