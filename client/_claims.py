@@ -286,7 +286,7 @@ class Claims:
         json = self.json
         wire = [0]  # bytes received: the state's size per key (`_cache.size_of`)
 
-        def on_chunk(chunk: pb.RestoreChunk) -> None:
+        def on_chunk(chunk: pb.ReadChunk) -> None:
             wire[0] += len(chunk.packed)
             not_covered[0] = chunk.not_covered
             if chunk.delta:
@@ -300,12 +300,12 @@ class Claims:
             deleted.clear()
             delta[0] = False
 
-        req = pb.RestoreRequest(task=self.pb_task(), epoch=session.epoch)
+        req = pb.ReadRequest(task=self.pb_task(), epoch=session.epoch)
         if since is not None:
             req.since_version = since.version
             req.delta_only = self.config.load != "eager"
         t0 = time.perf_counter()
-        version = self.transport.restore(req, task, on_chunk, on_reset)
+        version = self.transport.read(req, task, on_chunk, on_reset).version
         if not delta[0] and not not_covered[0]:
             note_restore(len(data), time.perf_counter() - t0)
         if not_covered[0]:  # the log no longer covers the copy here

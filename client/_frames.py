@@ -127,16 +127,21 @@ class FrameLane:
         max_bytes: int,
         parse: Callable[[Any], T],
         last: Callable[[T], bool],
+        whole: bool = False,
     ) -> Iterator[T]:
         """A server stream: each message parsed, up to the one `last` says ends it.
 
-        No deadline for the whole (a large read takes a while); each message must come
-        within `wait_s` of the one before. FrameStatusError when the sidecar ends the
-        stream with an error; LaneDownError when the socket fails. A stream has a
-        connection of its own, closed at its end: the thread's calls may come between two
-        of its messages (a generator read in turns), and a reader that stops early leaves
-        nothing unread on a shared socket.
+        Each message must come within `wait_s` of the one before. FrameStatusError when
+        the sidecar ends the stream with an error; LaneDownError when the socket fails.
+        By default the whole has no deadline (a large read takes a while) and the stream
+        has a connection of its own, closed at its end: the thread's calls may come
+        between two of its messages (a generator read in turns), and a reader that stops
+        early leaves nothing unread on a shared socket. `whole`: a stream read to its end
+        at once, as a unary call is, within `wait_s` all told, on the thread's connection.
         """
+        if whole:
+            yield from self._whole(method, message, wait_s, max_bytes, parse, last)
+            return
         sock = self._connect(wait_s)
         try:
             try:
@@ -158,6 +163,41 @@ class FrameLane:
                 raise LaneDownError(f"{self.path}: {exc or type(exc).__name__}") from None
         finally:
             sock.close()
+
+    def _whole(
+        self,
+        method: str,
+        message: bytes,
+        timeout_s: float,
+        max_bytes: int,
+        parse: Callable[[Any], T],
+        last: Callable[[T], bool],
+    ) -> Iterator[T]:
+        deadline = time.monotonic() + timeout_s
+        sock = self._socket(timeout_s)
+        ended = False
+        try:
+            sock.settimeout(timeout_s)
+            sock.sendall(
+                frames.request(frames.STREAMS[method], self._token, message, int(timeout_s * 1000))
+            )
+            reader = _FrameReader(sock, "a message")
+            while not ended:
+                frame = reader.frame(deadline, max_bytes)
+                if frame[0] != frames.OK:
+                    ended = not reader.pending  # the error frame ends the stream
+                    code, details = frames.parse_error(bytes(frame[1:]))
+                    raise FrameStatusError(frame[0], code, details)
+                item = parse(memoryview(frame)[1:])
+                ended = last(item) and not reader.pending
+                yield item
+        except _TooLargeError as exc:
+            raise FrameStatusError(frames.RESOURCE_EXHAUSTED, "", str(exc)) from None
+        except (OSError, LaneDownError) as exc:
+            raise LaneDownError(f"{self.path}: {exc or type(exc).__name__}") from None
+        finally:
+            if not ended:  # a frame may still be owed: never read as the next call's
+                self._drop()
 
 
 class _FrameReader:

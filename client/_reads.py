@@ -141,20 +141,23 @@ class Reads:
             session.entry_bytes = read_bytes / read_keys if read_keys else 0.0
 
     def _page(self, keys: list[str], epoch: int) -> list[bytes | None]:
-        task = self.pb_task()
-        req = pb.GetRequest(task=task, epoch=epoch, packed_keys=chunks.pack(keys))
-        r = self.transport.multi_get(req, self.task_id)
-        try:
-            values: list[bytes | None] = chunks.unpack(r.packed_values, text=False)
-        except ValueError:
-            values = []
-        if len(values) != len(keys):
-            raise CodecError(
-                f"task {self.task_id}: the sidecar answered {len(keys)} keys with a "
-                "malformed value list",
-                self.task_id,
-            )
-        return values
+        """The stored values of `keys` (None: absent), in one Read."""
+        req = pb.ReadRequest(task=self.pb_task(), epoch=epoch, packed_keys=chunks.pack(keys))
+        found: dict[str, bytes] = {}
+
+        def on_chunk(chunk: pb.ReadChunk) -> None:
+            flat = chunks.unpack(chunk.packed, text=False)
+            try:
+                found.update(zip(map(bytes.decode, flat[0::2]), flat[1::2], strict=True))
+            except (UnicodeDecodeError, ValueError):
+                raise CodecError(
+                    f"task {self.task_id}: the sidecar answered {len(keys)} keys with a "
+                    "malformed chunk",
+                    self.task_id,
+                ) from None
+
+        self.transport.read(req, self.task_id, on_chunk, found.clear)
+        return [found.get(k) for k in keys]
 
     def _decode_into(
         self,
@@ -181,7 +184,7 @@ class Reads:
         """Every committed key, as the sidecar lists them."""
         keys: list[str] = []
 
-        def on_chunk(chunk: pb.RestoreChunk) -> None:
+        def on_chunk(chunk: pb.ReadChunk) -> None:
             flat = chunks.unpack(chunk.packed, text=False)
             try:
                 keys.extend(map(bytes.decode, flat[0::2]))
@@ -189,10 +192,6 @@ class Reads:
                 name_bad_utf8(self.task_id, flat)
                 raise
 
-        self.transport.restore(
-            pb.RestoreRequest(task=self.pb_task(), epoch=epoch),
-            self.task_id,
-            on_chunk,
-            keys.clear,
-        )
+        req = pb.ReadRequest(task=self.pb_task(), epoch=epoch)
+        self.transport.read(req, self.task_id, on_chunk, keys.clear)
         return keys

@@ -233,38 +233,34 @@ class Transport:
         r: pb.OpenCommitResponse = self.unary("OpenCommit", req, task)
         return r
 
-    def multi_get(self, req: pb.GetRequest, task: str) -> pb.GetResponse:
-        """Read keys."""
-        r: pb.GetResponse = self.unary("MultiGet", req, task)
-        return r
-
     def describe(self, req: pb.DescribeRequest, task: str) -> pb.TaskInfo:
         """Describe a task."""
         r: pb.TaskInfo = self.unary("Describe", req, task)
         return r
 
-    def restore(
+    def read(
         self,
-        req: pb.RestoreRequest,
+        req: pb.ReadRequest,
         task: str,
-        on_chunk: Callable[[pb.RestoreChunk], None],
+        on_chunk: Callable[[pb.ReadChunk], None],
         on_reset: Callable[[], None],
-    ) -> str:
-        """Stream the state chunk by chunk into `on_chunk` (nothing is buffered here).
+    ) -> pb.ReadChunk:
+        """A task attempt's Read, chunk by chunk into `on_chunk` (nothing is buffered here).
 
-        If the sidecar goes away mid-stream, `on_reset` discards what arrived and the
-        stream starts again, within the retry deadline. Returns the restored version.
+        Read to its end at once, within the call timeout. If the sidecar goes away midway,
+        `on_reset` discards what arrived and the read starts again, within the retry
+        deadline. Returns the last chunk (the version read).
         """
 
-        def run(wait_s: float) -> str:
+        def run(wait_s: float) -> pb.ReadChunk:
             self._reached(task, wait_s)
             on_reset()
-            version = ""
-            for chunk in self.wire.stream("Restore", req, self.timeout_s, whole=True, wait=True):
+            chunk: pb.ReadChunk
+            for chunk in self.wire.stream("Read", req, self.timeout_s, whole=True, wait=True):
                 on_chunk(chunk)
                 if chunk.last:
-                    version = chunk.version
-            return version
+                    return chunk
+            raise CallFailed(None, None, "the read ended without its last chunk")
 
         return self.retrying(task, run)
 

@@ -21,7 +21,7 @@ REQUEST_HEADROOM = 64 << 10
 
 
 def unpack_keys(task: str, blob: bytes) -> list[str]:
-    """A packed list of keys (RestoreChunk.packed_deletes)."""
+    """A packed list of keys (ReadChunk.packed_deletes)."""
     try:
         keys: list[str] = chunks.unpack(blob, text=True)
     except UnicodeDecodeError:
@@ -35,7 +35,7 @@ def unpack_keys(task: str, blob: bytes) -> list[str]:
 
 def decode_chunk(
     task: str,
-    chunk: pb.RestoreChunk,
+    chunk: pb.ReadChunk,
     decode: Callable[[str, str, bytes], Any],
     json: bool,
     into: dict[str, Any],

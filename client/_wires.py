@@ -141,13 +141,13 @@ class LaneWire:
     def stream(
         self, method: str, request: Any, timeout_s: float, whole: bool, wait: bool
     ) -> Iterator[Any]:
-        """A stream on the lane (each message within `timeout_s` of the one before), else gRPC."""
-        if method in frames.STREAMS and self.lane.open_now() and not whole:
+        """A stream on the lane, else over gRPC (see FrameLane.stream for `whole`)."""
+        if method in frames.STREAMS and self.lane.open_now():
             got = False
             try:
                 for message in self.lane.stream(
                     method, request.SerializeToString(), timeout_s, self.max_message_bytes,
-                    _ANSWER[method], _is_last,
+                    _ANSWER[method], _is_last, whole,
                 ):  # fmt: skip
                     got = True
                     yield message

@@ -229,7 +229,7 @@ class AdminClient:
                 self.read_again(attempt, fq, on_reread)
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def read_chunks(self, request: pb.ReadRequest) -> Generator[pb.RestoreChunk, None, None]:
+    def read_chunks(self, request: pb.ReadRequest) -> Generator[pb.ReadChunk, None, None]:
         """The chunks of one Read as they arrive (no deadline: a large state takes a while).
 
         One version, or StateChangedError at the end when a commit landed meanwhile: the

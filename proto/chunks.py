@@ -4,9 +4,9 @@ Every list of keys and values that travels between client and sidecar is one msg
 array, packed and unpacked in one C call, never one protobuf object per key:
 
 - **pairs** `[key1, value1, key2, value2, ...]`: a change set's upserts
-  (CommitRequest.packed_upserts) and a chunk of state read (RestoreChunk.packed);
+  (CommitRequest.packed_upserts) and a chunk of state read (ReadChunk.packed);
 - **keys** `[key1, key2, ...]`: a change set's deletes (CommitRequest.packed_deletes), a
-  read's deleted keys (RestoreChunk.packed_deletes), the keys asked (GetRequest.packed_keys);
+  read's deleted keys (ReadChunk.packed_deletes), the keys asked (GetRequest.packed_keys);
 - **values** `[value1 or nil, ...]`, one per key asked (GetResponse.packed_values).
 
 Keys are UTF-8 text. Values are the stored bytes (JSON text, or the expiry envelope of

@@ -4,9 +4,10 @@ A sidecar listening on `unix:///run/x.sock` also listens on `/run/x.frames.sock`
 (`lane_path`). There a client that shares the machine sends the same protobuf messages as
 over gRPC, framed by length, without HTTP/2 and grpc's per-call machinery: about 60 µs of
 the sidecar's CPU per call against about 400 (docs/benchmarks.md, figure 19). Only the
-task's unary calls (`METHODS`) and the claim-free Read stream (`STREAMS`, the data
-source's reads) travel this way; the other streams, operators' calls, TCP and TLS stay
-on gRPC. The same guard serves both: tokens, limits, metrics and error codes.
+task's unary calls (`METHODS`) and the Read stream (`STREAMS`: a task's restores and
+on-demand reads, the data source's reads) travel this way; the other streams, operators'
+calls, TCP and TLS stay on gRPC. The same guard serves both: tokens, limits, metrics and
+error codes.
 
 One call at a time per connection, in order:
 
@@ -35,7 +36,8 @@ import struct
 SUFFIX = ".frames.sock"
 
 # method ids on the wire; never reused for another call once released
-METHODS: dict[str, int] = {"Open": 1, "Commit": 2, "MultiGet": 3, "Describe": 4, "OpenCommit": 6}
+# (3 was MultiGet's, before Read took its place)
+METHODS: dict[str, int] = {"Open": 1, "Commit": 2, "Describe": 4, "OpenCommit": 6}
 STREAMS: dict[str, int] = {"Read": 5}
 
 LENGTH = struct.Struct(">I")

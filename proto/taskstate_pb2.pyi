@@ -92,20 +92,6 @@ class OpenResponse(_message.Message):
     expired: int
     def __init__(self, epoch: _Optional[int] = ..., committed_batch: _Optional[int] = ..., position: _Optional[bytes] = ..., has_position: _Optional[bool] = ..., size: _Optional[int] = ..., version: _Optional[str] = ..., rolled_back: _Optional[bool] = ..., rolled_back_keys: _Optional[int] = ..., reused_claim: _Optional[bool] = ..., flush_barrier: _Optional[bool] = ..., now_ms: _Optional[int] = ..., expired: _Optional[int] = ...) -> None: ...
 
-class RestoreRequest(_message.Message):
-    __slots__ = ("task", "epoch", "max_fields", "since_version", "delta_only")
-    TASK_FIELD_NUMBER: _ClassVar[int]
-    EPOCH_FIELD_NUMBER: _ClassVar[int]
-    MAX_FIELDS_FIELD_NUMBER: _ClassVar[int]
-    SINCE_VERSION_FIELD_NUMBER: _ClassVar[int]
-    DELTA_ONLY_FIELD_NUMBER: _ClassVar[int]
-    task: TaskId
-    epoch: int
-    max_fields: int
-    since_version: str
-    delta_only: bool
-    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., max_fields: _Optional[int] = ..., since_version: _Optional[str] = ..., delta_only: _Optional[bool] = ...) -> None: ...
-
 class Entry(_message.Message):
     __slots__ = ("key", "value")
     KEY_FIELD_NUMBER: _ClassVar[int]
@@ -114,7 +100,7 @@ class Entry(_message.Message):
     value: bytes
     def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
 
-class RestoreChunk(_message.Message):
+class ReadChunk(_message.Message):
     __slots__ = ("last", "version", "packed", "delta", "packed_deletes", "not_covered", "committed_batch")
     LAST_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
@@ -183,22 +169,6 @@ class CommitResponse(_message.Message):
     replicas_acked: int
     base_version: str
     def __init__(self, version: _Optional[str] = ..., size: _Optional[int] = ..., replicas_acked: _Optional[int] = ..., base_version: _Optional[str] = ...) -> None: ...
-
-class GetRequest(_message.Message):
-    __slots__ = ("task", "epoch", "packed_keys")
-    TASK_FIELD_NUMBER: _ClassVar[int]
-    EPOCH_FIELD_NUMBER: _ClassVar[int]
-    PACKED_KEYS_FIELD_NUMBER: _ClassVar[int]
-    task: TaskId
-    epoch: int
-    packed_keys: bytes
-    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., epoch: _Optional[int] = ..., packed_keys: _Optional[bytes] = ...) -> None: ...
-
-class GetResponse(_message.Message):
-    __slots__ = ("packed_values",)
-    PACKED_VALUES_FIELD_NUMBER: _ClassVar[int]
-    packed_values: bytes
-    def __init__(self, packed_values: _Optional[bytes] = ...) -> None: ...
 
 class DescribeRequest(_message.Message):
     __slots__ = ("task",)
@@ -347,18 +317,24 @@ class AdoptResponse(_message.Message):
     def __init__(self, known_before: _Optional[bool] = ..., tasks: _Optional[int] = ...) -> None: ...
 
 class ReadRequest(_message.Message):
-    __slots__ = ("task", "pattern", "max_fields", "keys", "changes_since_batch")
+    __slots__ = ("task", "pattern", "max_fields", "changes_since_batch", "epoch", "packed_keys", "since_version", "delta_only")
     TASK_FIELD_NUMBER: _ClassVar[int]
     PATTERN_FIELD_NUMBER: _ClassVar[int]
     MAX_FIELDS_FIELD_NUMBER: _ClassVar[int]
-    KEYS_FIELD_NUMBER: _ClassVar[int]
     CHANGES_SINCE_BATCH_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    PACKED_KEYS_FIELD_NUMBER: _ClassVar[int]
+    SINCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DELTA_ONLY_FIELD_NUMBER: _ClassVar[int]
     task: TaskId
     pattern: str
     max_fields: int
-    keys: _containers.RepeatedScalarFieldContainer[str]
     changes_since_batch: int
-    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., pattern: _Optional[str] = ..., max_fields: _Optional[int] = ..., keys: _Optional[_Iterable[str]] = ..., changes_since_batch: _Optional[int] = ...) -> None: ...
+    epoch: int
+    packed_keys: bytes
+    since_version: str
+    delta_only: bool
+    def __init__(self, task: _Optional[_Union[TaskId, _Mapping]] = ..., pattern: _Optional[str] = ..., max_fields: _Optional[int] = ..., changes_since_batch: _Optional[int] = ..., epoch: _Optional[int] = ..., packed_keys: _Optional[bytes] = ..., since_version: _Optional[str] = ..., delta_only: _Optional[bool] = ...) -> None: ...
 
 class SeedBeginRequest(_message.Message):
     __slots__ = ("namespace", "component", "partitions", "overwrite", "batch", "key_type", "quiet_seconds", "lease_seconds")

@@ -39,11 +39,6 @@ class TaskStateServiceStub:
                 request_serializer=taskstate_dot_proto_dot_taskstate__pb2.OpenRequest.SerializeToString,
                 response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.OpenResponse.FromString,
                 _registered_method=True)
-        self.Restore = channel.unary_stream(
-                '/taskstate.v1.TaskStateService/Restore',
-                request_serializer=taskstate_dot_proto_dot_taskstate__pb2.RestoreRequest.SerializeToString,
-                response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.RestoreChunk.FromString,
-                _registered_method=True)
         self.Commit = channel.unary_unary(
                 '/taskstate.v1.TaskStateService/Commit',
                 request_serializer=taskstate_dot_proto_dot_taskstate__pb2.CommitRequest.SerializeToString,
@@ -53,11 +48,6 @@ class TaskStateServiceStub:
                 '/taskstate.v1.TaskStateService/OpenCommit',
                 request_serializer=taskstate_dot_proto_dot_taskstate__pb2.OpenCommitRequest.SerializeToString,
                 response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.OpenCommitResponse.FromString,
-                _registered_method=True)
-        self.MultiGet = channel.unary_unary(
-                '/taskstate.v1.TaskStateService/MultiGet',
-                request_serializer=taskstate_dot_proto_dot_taskstate__pb2.GetRequest.SerializeToString,
-                response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.GetResponse.FromString,
                 _registered_method=True)
         self.Describe = channel.unary_unary(
                 '/taskstate.v1.TaskStateService/Describe',
@@ -92,7 +82,7 @@ class TaskStateServiceStub:
         self.Read = channel.unary_stream(
                 '/taskstate.v1.TaskStateService/Read',
                 request_serializer=taskstate_dot_proto_dot_taskstate__pb2.ReadRequest.SerializeToString,
-                response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.RestoreChunk.FromString,
+                response_deserializer=taskstate_dot_proto_dot_taskstate__pb2.ReadChunk.FromString,
                 _registered_method=True)
         self.Import = channel.unary_unary(
                 '/taskstate.v1.TaskStateService/Import',
@@ -153,13 +143,6 @@ class TaskStateServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def Restore(self, request, context):
-        """Stream the task's state in bounded chunks.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
     def Commit(self, request, context):
         """Apply one atomic change set for the batch (fenced by epoch).
         """
@@ -169,13 +152,6 @@ class TaskStateServiceServicer:
 
     def OpenCommit(self, request, context):
         """Open, then Commit under the epoch it gave: a block that only wrote, in one call.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def MultiGet(self, request, context):
-        """Read keys, fenced by the epoch (on-demand reads, remote mode).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -218,7 +194,7 @@ class TaskStateServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Read(self, request, context):
-        """The committed state, read without a claim; consistent (one version) or refused.
+        """A task's state in chunks: an attempt's reads (fenced) and claim-free ones.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -290,11 +266,6 @@ def add_TaskStateServiceServicer_to_server(servicer, server):
                     request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.OpenRequest.FromString,
                     response_serializer=taskstate_dot_proto_dot_taskstate__pb2.OpenResponse.SerializeToString,
             ),
-            'Restore': grpc.unary_stream_rpc_method_handler(
-                    servicer.Restore,
-                    request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.RestoreRequest.FromString,
-                    response_serializer=taskstate_dot_proto_dot_taskstate__pb2.RestoreChunk.SerializeToString,
-            ),
             'Commit': grpc.unary_unary_rpc_method_handler(
                     servicer.Commit,
                     request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.CommitRequest.FromString,
@@ -304,11 +275,6 @@ def add_TaskStateServiceServicer_to_server(servicer, server):
                     servicer.OpenCommit,
                     request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.OpenCommitRequest.FromString,
                     response_serializer=taskstate_dot_proto_dot_taskstate__pb2.OpenCommitResponse.SerializeToString,
-            ),
-            'MultiGet': grpc.unary_unary_rpc_method_handler(
-                    servicer.MultiGet,
-                    request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.GetRequest.FromString,
-                    response_serializer=taskstate_dot_proto_dot_taskstate__pb2.GetResponse.SerializeToString,
             ),
             'Describe': grpc.unary_unary_rpc_method_handler(
                     servicer.Describe,
@@ -343,7 +309,7 @@ def add_TaskStateServiceServicer_to_server(servicer, server):
             'Read': grpc.unary_stream_rpc_method_handler(
                     servicer.Read,
                     request_deserializer=taskstate_dot_proto_dot_taskstate__pb2.ReadRequest.FromString,
-                    response_serializer=taskstate_dot_proto_dot_taskstate__pb2.RestoreChunk.SerializeToString,
+                    response_serializer=taskstate_dot_proto_dot_taskstate__pb2.ReadChunk.SerializeToString,
             ),
             'Import': grpc.unary_unary_rpc_method_handler(
                     servicer.Import,
@@ -429,33 +395,6 @@ class TaskStateService:
             _registered_method=True)
 
     @staticmethod
-    def Restore(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_stream(
-            request,
-            target,
-            '/taskstate.v1.TaskStateService/Restore',
-            taskstate_dot_proto_dot_taskstate__pb2.RestoreRequest.SerializeToString,
-            taskstate_dot_proto_dot_taskstate__pb2.RestoreChunk.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
     def Commit(request,
             target,
             options=(),
@@ -499,33 +438,6 @@ class TaskStateService:
             '/taskstate.v1.TaskStateService/OpenCommit',
             taskstate_dot_proto_dot_taskstate__pb2.OpenCommitRequest.SerializeToString,
             taskstate_dot_proto_dot_taskstate__pb2.OpenCommitResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def MultiGet(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/taskstate.v1.TaskStateService/MultiGet',
-            taskstate_dot_proto_dot_taskstate__pb2.GetRequest.SerializeToString,
-            taskstate_dot_proto_dot_taskstate__pb2.GetResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -714,7 +626,7 @@ class TaskStateService:
             target,
             '/taskstate.v1.TaskStateService/Read',
             taskstate_dot_proto_dot_taskstate__pb2.ReadRequest.SerializeToString,
-            taskstate_dot_proto_dot_taskstate__pb2.RestoreChunk.FromString,
+            taskstate_dot_proto_dot_taskstate__pb2.ReadChunk.FromString,
             options,
             channel_credentials,
             insecure,

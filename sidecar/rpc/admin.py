@@ -1,4 +1,4 @@
-"""The operators' calls: List, Drop, Adopt, Rescale, Edit, Read, Import, Doctor.
+"""The operators' calls: List, Drop, Adopt, Rescale, Edit, Import, Doctor (reads: read.py).
 
 None claims a task. The call guard (guard.py) counts, limits, authorizes and maps errors
 around each; the changes they make are logged at warning, for the audit trail.
@@ -11,17 +11,8 @@ from collections.abc import AsyncIterator
 
 from taskstate.proto import taskstate_pb2 as pb
 
-from .. import metrics
 from ..auth import visible
 from ..config import Limits
-from ..restore import (
-    DEFAULT_CHUNK_FIELDS,
-    MAX_CHUNK_FIELDS,
-    delete_chunk,
-    flat_chunks,
-    pairs_chunk,
-    pieces,
-)
 from ..storage.base import AdminStore, SeedStore, TaskStore
 from ..storage.values import TaskKey
 from ..sweeper import sweep_task
@@ -147,46 +138,6 @@ class AdminRpcs:
                    "had_key": had, "delete": request.delete},
         )  # fmt: skip
         return pb.EditResponse(tasks=len(tasks), had_key=had)
-
-    async def Read(self, request: pb.ReadRequest) -> AsyncIterator[pb.RestoreChunk]:  # noqa: N802
-        """A task's committed state without a claim, all of one version.
-
-        Whole, some keys, or the keys changed after a batch; the last chunk names the
-        version and its committed batch.
-        """
-        task = wire.task_key(request.task)
-        n = max(1, min(request.max_fields or DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS))
-        keys = list(request.keys) if request.keys else None
-        if keys is not None:
-            self.limits.check_entries(task.fq, keys, [], "read")
-        since = request.changes_since_batch if request.HasField("changes_since_batch") else None
-        if since is not None and not -1 <= since <= MAX_BATCH:
-            raise bad(f"task {task.fq}: changes since batch {since} is out of range")
-        kind = "keys" if keys is not None else "changes" if since is not None else "whole"
-        delta = since is not None
-        pages = self.store.read(
-            task, n, pattern=request.pattern or None, keys=keys, since_batch=since
-        )
-        sent = 0
-        async for page in pages:
-            if page.last:
-                metrics.READ_KEYS.labels(kind).inc(sent)
-                yield pb.RestoreChunk(
-                    last=True, version=page.version, committed_batch=page.batch, delta=delta
-                )
-                return
-            if page.deletes:
-                sent += len(page.deletes)
-                yield delete_chunk(page.deletes)
-            for chunk in flat_chunks(page.flat) if page.flat else ():
-                chunk.delta = delta
-                yield chunk
-            sent += len(page.flat) // 2
-            for piece in pieces(page.items) if page.items else ():
-                chunk = pairs_chunk(piece)
-                chunk.delta = delta
-                yield chunk
-            sent += len(page.items)
 
     async def Import(self, request: pb.ImportRequest) -> pb.ImportResponse:  # noqa: N802
         """Create (or extend) a task from exported state."""

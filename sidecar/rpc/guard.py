@@ -81,10 +81,10 @@ class GrpcCall:
 # what a token refusal says the caller tried to do
 VERBS = {
     "Open": "open",
-    "Restore": "restore",
+    "Restore": "restore",  # a task attempt's Read of its state (service.label)
     "Commit": "commit to",
     "OpenCommit": "commit to",
-    "MultiGet": "read",
+    "Get": "read",  # a task attempt's Read of some keys
     "Describe": "describe",
     "List": "list",
     "Drop": "drop",

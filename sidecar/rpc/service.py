@@ -1,8 +1,9 @@
 """Registration: every RPC of the .proto, served by its audience's class behind the guard.
 
 The task calls (task.py) get the backend's task store wrapped in the metered layer; the
-operators' calls (admin.py) its admin store; the data source's writes (seed.py) its seed
-store; Attach (flush.py) the flush coordinator.
+reads (read.py) that and its admin store; the operators' calls (admin.py) its admin
+store; the data source's writes (seed.py) its seed store; Attach (flush.py) the flush
+coordinator.
 Requests that do not parse get INVALID_ARGUMENT with a taskstate code, not gRPC's bare
 UNKNOWN.
 """
@@ -29,6 +30,7 @@ from ..sweeper import Sweeper
 from .admin import AdminRpcs
 from .flush import FlushRpcs
 from .guard import CallContext, GrpcCall, Guard, abort, observed
+from .read import ReadRpcs
 from .seed import SeedRpcs
 from .task import TaskRpcs
 from .wire import bad
@@ -36,8 +38,16 @@ from .wire import bad
 _SERVICE = pb.DESCRIPTOR.services_by_name["TaskStateService"]
 SERVICE_NAME = _SERVICE.full_name
 
-# MultiGet is counted as Get: the metric's series keeps its name
-_LABELS = {"MultiGet": "Get"}
+
+def label(name: str, request: Any) -> str:
+    """The name a call is counted and logged under: a Read by what it reads.
+
+    A task attempt's reads keep the series they had as calls of their own: "Restore"
+    (the whole state, or what changed since a version) and "Get" (some keys).
+    """
+    if name != "Read" or not getattr(request, "epoch", 0):
+        return name
+    return "Get" if request.packed_keys else "Restore"
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +89,10 @@ async def _refuse_malformed(method: str, bad_request: _Malformed, context: CallC
 
 
 def _unary(guard: Guard, name: str, impl: Any) -> Callable[..., Awaitable[Any]]:
-    label = _LABELS.get(name, name)
-
     async def handle(request: Any, context: CallContext) -> Any:
         if isinstance(request, _Malformed):
             await _refuse_malformed(name, request, context)
-        return await guard.unary(context, label, request, impl)
+        return await guard.unary(context, name, request, impl)
 
     return handle
 
@@ -93,7 +101,7 @@ def _stream(guard: Guard, name: str, impl: Any) -> Callable[..., AsyncGenerator[
     async def handle(request: Any, context: CallContext) -> AsyncGenerator[Any, None]:
         if isinstance(request, _Malformed):
             await _refuse_malformed(name, request, context)
-        async for item in guard.stream(context, name, request, impl):
+        async for item in guard.stream(context, label(name, request), request, impl):
             yield item
 
     return handle
@@ -168,6 +176,7 @@ def add_to_server(
             sweeper.note if sweeper else lambda t: None,
             flush.opened if flush else lambda t, b, a: None,
         ),
+        ReadRpcs(tasks, backend.admin, limits),
         AdminRpcs(backend.admin, tasks, backend.seeds, limits, redis_url),
         SeedRpcs(backend.seeds, limits),
         FlushRpcs(flush),

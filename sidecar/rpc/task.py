@@ -1,4 +1,4 @@
-"""The calls of Spark tasks: Open, Restore, Commit, OpenCommit, MultiGet, Describe.
+"""The calls of Spark tasks: Open, Commit, OpenCommit, Describe (their reads: read.py).
 
 Each takes a request and returns its answer; the call guard (guard.py) counts, limits,
 authorizes and maps errors around it, and the store it is given measures (metered.py).
@@ -7,15 +7,14 @@ authorizes and maps errors around it, and the store it is given measures (metere
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
-from taskstate.proto import chunks, ids
+from taskstate.proto import ids
 from taskstate.proto import taskstate_pb2 as pb
 
 from ..config import Limits
 from ..logs import REQUEST
-from ..restore import stream_restore
 from ..storage.base import TaskStore
 from ..storage.values import CommitResult, OpenResult, TaskKey
 from . import wire
@@ -101,13 +100,6 @@ class TaskRpcs:
             expired=r.expired,
         )
 
-    async def Restore(self, request: pb.RestoreRequest) -> AsyncIterator[pb.RestoreChunk]:  # noqa: N802
-        """The task's state, whole or as a delta, in chunks (restore.py)."""
-        task = wire.task_key(request.task)
-        epoch = wire.epoch(request.epoch, task.fq)
-        async for chunk in stream_restore(self.store, task, epoch, request):
-            yield chunk
-
     async def Commit(self, request: pb.CommitRequest) -> pb.CommitResponse:  # noqa: N802
         """Apply one change set, fenced by the epoch."""
         task = wire.task_key(request.task)
@@ -154,15 +146,6 @@ class TaskRpcs:
             open=self._answer_open(opening, task, batch, opened),
             commit=_answer_commit(committed),
         )
-
-    async def MultiGet(self, request: pb.GetRequest) -> pb.GetResponse:  # noqa: N802
-        """Read keys, fenced by the epoch."""
-        task = wire.task_key(request.task)
-        epoch = wire.epoch(request.epoch, task.fq)
-        packed = request.packed_keys
-        keys = wire.unpack_keys(packed, task.fq, "packed_keys") if packed else []
-        values = await self.store.get(task, epoch, keys)
-        return pb.GetResponse(packed_values=chunks.pack(values))
 
     async def Describe(self, request: pb.DescribeRequest) -> pb.TaskInfo:  # noqa: N802
         """The task's metadata."""

@@ -128,7 +128,7 @@ class Reader(DataSourceReader):
         )
         request = pb.ReadRequest(task=task)
         if partition.keys is not None:
-            request.keys.extend(partition.keys)
+            request.packed_keys = chunks.pack(partition.keys)
         if o.changes_since_batch is not None:
             request.changes_since_batch = o.changes_since_batch
         spill, batch = _read_once(o, request)
@@ -274,7 +274,7 @@ class _Spill:
         self._first: tuple[bytes, bytes] | None = None
         self._file: IO[bytes] | None = None
 
-    def add(self, chunk: pb.RestoreChunk) -> None:
+    def add(self, chunk: pb.ReadChunk) -> None:
         if self._first is None:
             self._first = (chunk.packed, chunk.packed_deletes)
             return

@@ -154,11 +154,11 @@ def test_a_delta_restore_is_fenced_like_a_full_one(
     assert held is not None
     since = token(held.gen, 1)
     with pytest.raises(grpc.RpcError) as err:
-        list(stub.Restore(pb.RestoreRequest(task=task, epoch=1, since_version=since)))
+        list(stub.Read(pb.ReadRequest(task=task, epoch=1, since_version=since)))
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "fenced" in (err.value.details() or "").lower()
     # the current epoch gets the delta: a's new value
-    got = list(stub.Restore(pb.RestoreRequest(task=task, epoch=meta.epoch, since_version=since)))
+    got = list(stub.Read(pb.ReadRequest(task=task, epoch=meta.epoch, since_version=since)))
     assert all(c.delta for c in got)
     assert [chunks.unpack(c.packed, text=False) for c in got if c.packed] == [[b"a", b"2"]]
     assert got[-1].last and got[-1].version == meta.version

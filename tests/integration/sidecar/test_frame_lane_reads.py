@@ -46,7 +46,7 @@ def _fill(target: str, ns: str, keys: int) -> dict[str, dict[str, object]]:
     return state
 
 
-def _decode(chunk: pb.RestoreChunk, into: dict[str, object]) -> None:
+def _decode(chunk: pb.ReadChunk, into: dict[str, object]) -> None:
     """Add a chunk's keys and values to `into`."""
     flat = chunks.unpack(chunk.packed, text=True)
     into.update({k: json.loads(v) for k, v in zip(flat[0::2], flat[1::2], strict=True)})
@@ -132,7 +132,7 @@ def test_a_streams_frames_end_with_its_last_chunk_or_an_error_and_the_connection
         while True:
             status, body = read_answer(sock)
             assert status == frames.OK
-            chunk = pb.RestoreChunk.FromString(body)
+            chunk = pb.ReadChunk.FromString(body)
             _decode(chunk, got)
             if chunk.last:
                 break

@@ -48,7 +48,7 @@ def _restore_peak(r: RedisServer, tmp_path: Path, ns: str, fields: int) -> tuple
             before = _peak_rss_kib(side.proc.pid)
             task = pb.TaskId(namespace=ns, component="big", partition=0)
             n = 0
-            for chunk in stub.Restore(pb.RestoreRequest(task=task, epoch=epoch), timeout=120):
+            for chunk in stub.Read(pb.ReadRequest(task=task, epoch=epoch), timeout=120):
                 n += len(chunks.unpack(chunk.packed, text=False)) // 2
                 assert chunk.ByteSize() < (2 << 20)  # bounded chunks
             assert n == fields

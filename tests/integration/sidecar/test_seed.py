@@ -26,6 +26,7 @@ from taskstate.client import (
     _cache,
 )
 from taskstate.client.admin import AdminClient
+from taskstate.proto import chunks
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.sidecar.errors import SidecarError
 from taskstate.sidecar.spark_hash import partition_of
@@ -286,6 +287,8 @@ def _read_all(
     values: dict[str, Any] = {}
     deleted: set[str] = set()
     batch = None
+    if "keys" in kw:
+        kw["packed_keys"] = chunks.pack(kw.pop("keys"))
     for chunk in admin.read_chunks(pb.ReadRequest(task=task, **kw)):
         if chunk.packed:
             flat = msgpack.unpackb(chunk.packed, raw=False)

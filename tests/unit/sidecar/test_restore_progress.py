@@ -13,7 +13,7 @@ import pytest
 
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto.durability import Durability
-from taskstate.sidecar import metrics, restore
+from taskstate.sidecar import metrics, read
 from taskstate.sidecar.storage.redis.backend import RedisBackend
 from taskstate.sidecar.storage.values import ChangeSet, TaskKey
 from taskstate.testing import RedisServer
@@ -37,20 +37,19 @@ def _gauge(task: str, kind: str) -> float | None:
 def test_progress_is_logged_with_an_eta_and_the_gauge_is_removed_at_the_end(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, redis_url: str
 ) -> None:
-    monkeypatch.setattr(restore, "PROGRESS_AFTER_S", 0.0)  # report from the first page
-    monkeypatch.setattr(restore, "PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr(read, "PROGRESS_AFTER_S", 0.0)  # report from the first page
+    monkeypatch.setattr(read, "PROGRESS_EVERY_S", 0.0)
     store = RedisBackend(redis_url)
     task = TaskKey("ns", "c", 0)
     seen: list[tuple[float | None, float | None]] = []
 
-    async def run() -> list[pb.RestoreChunk]:
+    async def run() -> list[pb.ReadChunk]:
         r = await store.tasks.open(task, 0, codec="json", writer="w", durability=Durability())
         changes = ChangeSet.of([(f"k{i}", b"1") for i in range(KEYS)], [])
         await store.tasks.commit(task, r.epoch, 0, changes, None,
                                  writer="w", durability=Durability())  # fmt: skip
         out = []
-        req = pb.RestoreRequest(max_fields=200)
-        async for chunk in restore.stream_restore(store.tasks, task, r.epoch, req):
+        async for chunk in read.restore(store.tasks, task, r.epoch, 200, "", False):
             seen.append((_gauge(task.fq, "restored"), _gauge(task.fq, "expected")))
             out.append(chunk)
         return out
@@ -81,7 +80,7 @@ def test_a_short_restore_reports_nothing(caplog: pytest.LogCaptureFixture, redis
         r = await store.tasks.open(task, 0, codec="json", writer="w", durability=Durability())
         await store.tasks.commit(task, r.epoch, 0, ChangeSet.of([("a", b"1")], []), None,
                                  writer="w", durability=Durability())  # fmt: skip
-        async for _ in restore.stream_restore(store.tasks, task, r.epoch, pb.RestoreRequest()):
+        async for _ in read.restore(store.tasks, task, r.epoch, read.page_fields(0), "", False):
             assert _gauge(task.fq, "restored") is None
 
     with caplog.at_level(logging.INFO, logger="taskstate.sidecar.restore"):

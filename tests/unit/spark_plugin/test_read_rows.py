@@ -76,10 +76,10 @@ def test_spilled_chunks_read_back_as_they_came() -> None:
     from taskstate.spark_plugin.datasource.read import _Spill
 
     spill = _Spill()
-    spill.add(pb.RestoreChunk(packed=_pack([b"a"], [b"1"])))  # held in memory
-    spill.add(pb.RestoreChunk(packed=_pack([b"b"], [b"2"])))  # the rest: spilled
-    spill.add(pb.RestoreChunk(packed=_pack([b"c"], [b"3"]), packed_deletes=b"\x91\xa1d"))
-    spill.add(pb.RestoreChunk(packed_deletes=b"\x91\xa1e"))  # deletes only
+    spill.add(pb.ReadChunk(packed=_pack([b"a"], [b"1"])))  # held in memory
+    spill.add(pb.ReadChunk(packed=_pack([b"b"], [b"2"])))  # the rest: spilled
+    spill.add(pb.ReadChunk(packed=_pack([b"c"], [b"3"]), packed_deletes=b"\x91\xa1d"))
+    spill.add(pb.ReadChunk(packed_deletes=b"\x91\xa1e"))  # deletes only
     spill.rewind()
     got = [(None if e is None else (e[0].to_pylist(), e[1].to_pylist()), d) for e, d in spill]
     assert got == [

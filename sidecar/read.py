@@ -1,12 +1,19 @@
-"""Restore: a task's committed state streamed to a worker, whole or as a delta.
+"""Read: a task's state streamed in chunks, whole, some keys, or what changed.
 
-A worker that holds a version of the task's state (RestoreRequest.since_version) gets only
-the keys changed since, read from the task's change log, when the log still covers that
-version ("delta"); otherwise the whole state ("full"), or nothing when the worker asked for a
-delta only (it reads keys on demand), in chunks of about CHUNK_BYTES, packed as
-`taskstate.proto.chunks` says (the client decodes one in one C call). A full restore that
-runs longer than PROGRESS_AFTER_S logs its progress with an ETA every PROGRESS_EVERY_S and
-shows it in a per-task gauge.
+One call serves every read (ReadRequest):
+
+- a task attempt's, fenced by its epoch (a newer claim refuses it): the whole state
+  ("full"); only what changed since the version the worker holds ("delta", from the
+  change log, else in full, or with delta_only nothing but the current version,
+  "not_covered"); or some keys (on-demand reads). The store (TaskStore) fences each step.
+- claim-free (operators, the data source): the committed state, all of one version
+  (CHANGED when a commit landed meanwhile), whole or matching a glob, some keys, or the
+  keys changed after a batch (AdminStore.read).
+
+Chunks hold about CHUNK_BYTES (usually a storage page), packed as `taskstate.proto.chunks`
+says; the last one names the version read (claim-free: and its committed batch). A full
+restore that runs longer than PROGRESS_AFTER_S logs its progress with an ETA every
+PROGRESS_EVERY_S and shows it in a per-task gauge.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ from taskstate.proto import chunks
 from taskstate.proto import taskstate_pb2 as pb
 
 from . import metrics
-from .storage.base import TaskStore
+from .storage.base import AdminStore, TaskStore
 from .storage.values import TaskKey
 
 log = logging.getLogger("taskstate.sidecar.restore")
@@ -36,33 +43,48 @@ PROGRESS_AFTER_S = 3.0
 PROGRESS_EVERY_S = 5.0
 
 
-async def stream_restore(
-    storage: TaskStore, task: TaskKey, epoch: int, request: pb.RestoreRequest
-) -> AsyncIterator[pb.RestoreChunk]:
-    """The chunks answering one RestoreRequest, the last one carrying the version."""
+def page_fields(max_fields: int) -> int:
+    """The keys in one page: as asked (0: the default), within bounds."""
+    return max(1, min(max_fields or DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS))
+
+
+async def fenced_keys(
+    store: TaskStore, task: TaskKey, epoch: int, keys: Sequence[str]
+) -> AsyncIterator[pb.ReadChunk]:
+    """The keys present (with their values), in chunks; then the last chunk."""
+    values = await store.get(task, epoch, keys)
+    found = [(k, v) for k, v in zip(keys, values, strict=True) if v is not None]
+    for piece in pieces(found) if found else ():
+        yield pairs_chunk(piece)
+    yield pb.ReadChunk(last=True)
+
+
+async def restore(
+    store: TaskStore, task: TaskKey, epoch: int, max_fields: int, since: str, delta_only: bool
+) -> AsyncIterator[pb.ReadChunk]:
+    """The whole state, or what changed since version `since` (see the module docstring)."""
     t0 = time.perf_counter()
-    if request.since_version:
-        delta = await storage.changes_since(task, epoch, request.since_version, DELTA_MAX_KEYS)
+    if since:
+        delta = await store.changes_since(task, epoch, since, DELTA_MAX_KEYS)
         if delta is not None:
             for chunk in _delta_chunks(delta.upserts, delta.deletes):
                 yield chunk
-            yield pb.RestoreChunk(last=True, delta=True, version=delta.version)
+            yield pb.ReadChunk(last=True, delta=True, version=delta.version)
             metrics.RESTORES.labels("delta").inc()
             metrics.RESTORE_KEYS.inc(len(delta.upserts) + len(delta.deletes))
             metrics.RESTORE_SECONDS.observe(time.perf_counter() - t0)
             return
-        if request.delta_only:
-            yield pb.RestoreChunk(last=True, not_covered=True, version=await storage.version(task))
+        if delta_only:
+            yield pb.ReadChunk(last=True, not_covered=True, version=await store.version(task))
             metrics.RESTORES.labels("not_covered").inc()
             return
-    n = max(1, min(request.max_fields or DEFAULT_CHUNK_FIELDS, MAX_CHUNK_FIELDS))
-    progress = _Progress(storage, task, t0)
+    progress = _Progress(store, task, t0)
     try:
-        async for flat in storage.restore(task, epoch, n):
+        async for flat in store.restore(task, epoch, max_fields):
             for chunk in flat_chunks(flat):
                 yield chunk
             await progress.sent(len(flat) // 2)
-        yield pb.RestoreChunk(last=True, version=await storage.version(task))
+        yield pb.ReadChunk(last=True, version=await store.version(task))
     finally:
         progress.end()
     metrics.RESTORES.labels("full").inc()
@@ -70,11 +92,47 @@ async def stream_restore(
     metrics.RESTORE_SECONDS.observe(time.perf_counter() - t0)
 
 
+async def claim_free(
+    store: AdminStore,
+    task: TaskKey,
+    max_fields: int,
+    pattern: str,
+    keys: Sequence[str] | None,
+    since_batch: int | None,
+) -> AsyncIterator[pb.ReadChunk]:
+    """The committed state without a claim, all of one version (AdminStore.read)."""
+    kind = "keys" if keys is not None else "changes" if since_batch is not None else "whole"
+    delta = since_batch is not None
+    pages = store.read(
+        task, max_fields, pattern=pattern or None, keys=keys, since_batch=since_batch
+    )
+    sent = 0
+    async for page in pages:
+        if page.last:
+            metrics.READ_KEYS.labels(kind).inc(sent)
+            yield pb.ReadChunk(
+                last=True, version=page.version, committed_batch=page.batch, delta=delta
+            )
+            return
+        if page.deletes:
+            sent += len(page.deletes)
+            yield delete_chunk(page.deletes)
+        for chunk in flat_chunks(page.flat) if page.flat else ():
+            chunk.delta = delta
+            yield chunk
+        sent += len(page.flat) // 2
+        for piece in pieces(page.items) if page.items else ():
+            chunk = pairs_chunk(piece)
+            chunk.delta = delta
+            yield chunk
+        sent += len(page.items)
+
+
 class _Progress:
     """A full restore's progress: a gauge while it runs, a log line with an ETA when long."""
 
-    def __init__(self, storage: TaskStore, task: TaskKey, t0: float) -> None:
-        self.storage = storage
+    def __init__(self, store: TaskStore, task: TaskKey, t0: float) -> None:
+        self.store = store
         self.task = task
         self.t0 = t0
         self.restored = 0
@@ -90,7 +148,7 @@ class _Progress:
                 metrics.RESTORE_PROGRESS.labels(self.task.fq, "restored").set(self.restored)
             return
         if self.expected is None:
-            self.expected = (await self.storage.describe(self.task)).size
+            self.expected = (await self.store.describe(self.task)).size
         self.gauge = True
         metrics.RESTORE_PROGRESS.labels(self.task.fq, "restored").set(self.restored)
         metrics.RESTORE_PROGRESS.labels(self.task.fq, "expected").set(self.expected)
@@ -120,7 +178,7 @@ class _Progress:
 
 def _delta_chunks(
     upserts: Sequence[tuple[str | bytes, bytes]], deletes: Sequence[str | bytes]
-) -> list[pb.RestoreChunk]:
+) -> list[pb.ReadChunk]:
     """A delta's chunks: its upserts cut like a full restore's, its deletes with the first."""
     out = [pairs_chunk(piece) for piece in (pieces(upserts) if upserts else [[]])]
     for chunk in out:
@@ -149,20 +207,20 @@ def pieces(
     return out
 
 
-def pairs_chunk(piece: Sequence[tuple[str | bytes, bytes]]) -> pb.RestoreChunk:
+def pairs_chunk(piece: Sequence[tuple[str | bytes, bytes]]) -> pb.ReadChunk:
     """A chunk of keys and values as they came from Redis (the client decodes them in C)."""
-    return pb.RestoreChunk(packed=chunks.pack(chain.from_iterable(piece)))
+    return pb.ReadChunk(packed=chunks.pack(chain.from_iterable(piece)))
 
 
-def flat_chunks(flat: Sequence[str | bytes]) -> list[pb.RestoreChunk]:
+def flat_chunks(flat: Sequence[str | bytes]) -> list[pb.ReadChunk]:
     """A page [key1, value1, ...] as chunks of about CHUNK_BYTES (usually one)."""
     if sum(map(len, flat)) + 4 * len(flat) <= CHUNK_BYTES:  # in C: the common case
-        return [pb.RestoreChunk(packed=chunks.pack(flat))]
+        return [pb.ReadChunk(packed=chunks.pack(flat))]
     # values are bytes (keys: str, or Redis' UTF-8 bytes)
     pairs = cast(list[tuple[str | bytes, bytes]], list(zip(flat[0::2], flat[1::2], strict=True)))
     return [pairs_chunk(piece) for piece in pieces(pairs)]
 
 
-def delete_chunk(deletes: Sequence[str | bytes]) -> pb.RestoreChunk:
+def delete_chunk(deletes: Sequence[str | bytes]) -> pb.ReadChunk:
     """A chunk of deleted keys (a delta)."""
-    return pb.RestoreChunk(delta=True, packed_deletes=chunks.pack(deletes))
+    return pb.ReadChunk(delta=True, packed_deletes=chunks.pack(deletes))
