@@ -125,7 +125,7 @@ RESTORES = Counter(
 )
 GET_KEYS = Counter(
     "taskstate_get_keys",
-    "Keys read by MultiGet (remote mode, and mirror mode's on-demand reads), by "
+    "Keys a task attempt read by name (remote mode, and mirror mode's on-demand reads), by "
     "outcome: 'found' or 'absent'.",
     ["outcome"],
     registry=REGISTRY,

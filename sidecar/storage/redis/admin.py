@@ -31,7 +31,7 @@ from .connect import RedisSettings, redact
 from .keys import edits_key, every_key, stash_key, task_keys, ttl_keys
 from .reads import Reader
 from .records import NamespaceRecords
-from .replies import text
+from .replies import fields, text
 from .rescale import Rescaler
 from .routing import Connection
 from .safety import ServerSafety, eviction_check, persistence_check
@@ -173,7 +173,8 @@ class RedisAdmin:
             now = await self._records.record_partitions(task, partitions)
             if now != partitions:  # another import or Open recorded another count meanwhile
                 raise errors.import_partitions(task.fq, now or 0, partitions)
-        return int(r[0]), int(r[1])
+        f = fields(r)
+        return int(f["epoch"]), int(f["size"])
 
     async def _import_count(self, task: TaskKey, partitions: int | None) -> int | None:
         """The count an imported task records: the file's, checked against the component's.

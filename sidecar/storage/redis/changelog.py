@@ -18,7 +18,7 @@ from taskstate.proto.versions import Version
 
 from ..values import TaskKey
 from .keys import task_keys
-from .replies import text
+from .replies import fields, text
 from .routing import Connection
 from .scripts import Refused, refusal
 
@@ -62,10 +62,10 @@ async def changed_keys(
         r = await conn.run("changes", names)
     except rex.ResponseError as exc:
         raise refusal(exc, Refused(task.fq, "changes", epoch=epoch)) from None
-    version, total = text(r[0]), int(r[1])
-    if total < 0:
+    f = fields(r)
+    if int(f["total"]) < 0:
         return None
     keys: dict[Any, None] = {}
-    for blob in r[2:]:
+    for blob in f["logged"]:
         keys.update(dict.fromkeys(unpack_keys(blob)))
-    return version, list(keys)
+    return text(f["version"]), list(keys)

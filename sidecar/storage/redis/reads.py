@@ -32,7 +32,7 @@ from ... import errors
 from ...errors import SidecarError
 from ..values import ReadPage, TaskKey
 from .keys import task_keys
-from .replies import text
+from .replies import fields, text
 from .routing import Connection
 from .scan import Scanner, ServerChangedError
 from .scripts import Refused, refusal
@@ -78,15 +78,17 @@ class Reader:
         for i in range(0, max(len(keys), 1), KEYS_PER_STEP):
             page = keys[i : i + KEYS_PER_STEP]
             try:
-                r = await self._script("read_keys", task, (meta, data), page, at=at)
+                r = await self._script("read_keys", task, (meta, data), page, epoch="", at=at)
             except _MovedError:
                 raise SidecarError(
                     codes.CHANGED,
                     f"task {task.fq}: the state changed while its keys were read: read again.",
                 ) from None
-            version, batch = text(r[0]), int(r[1])
+            f = fields(r)
+            version, batch = text(f["version"]), int(f["batch"])
             at = version.rpartition(":")[2]
-            found = _alive(((k, v) for k, v in zip(page, r[2:], strict=True) if v is not None), now)
+            pairs = zip(page, f["values"], strict=True)
+            found = _alive(((k, v) for k, v in pairs if v is not None), now)
             if found:
                 yield ReadPage(found)
         yield ReadPage(last=True, version=version, batch=batch)
@@ -98,10 +100,11 @@ class Reader:
         meta, data, _, log = task_keys(task)
         now = await self._now(meta)
         r = await self._script("read_changes", task, (meta, data, log), (), since=str(since_batch))
-        version, batch = text(r[0]), int(r[1])
-        if not int(r[2]):
-            raise errors.not_covered(task.fq, since_batch, int(r[3]))
-        flat = r[3:]
+        f = fields(r)
+        version, batch = text(f["version"]), int(f["batch"])
+        if "pairs" not in f:
+            raise errors.not_covered(task.fq, since_batch, int(f["covered"]))
+        flat = f["pairs"]
         items: list[tuple[Any, bytes]] = []
         deletes: list[Any] = []
         for k, v in zip(flat[0::2], flat[1::2], strict=True):

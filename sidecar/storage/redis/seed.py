@@ -58,7 +58,7 @@ from .keys import (
     ttl_keys,
 )
 from .records import NamespaceRecords
-from .replies import text
+from .replies import fields, text
 from .routing import Connection
 from .scripts import SEED_LOCK, Refused, refusal
 from .seed_plans import SeedPlan, SeedPlans, now
@@ -279,7 +279,7 @@ class Seeder:
                 lock=plan.lock, partitions=str(plan.to), batch=str(plan.batch), new_gen=gen,
                 now=now(), codec="json", mode=mode,
             )  # fmt: skip
-            keys += int(r[1])
+            keys += int(fields(r)["keys"])
             await self._records.index(task)
         for p in (p for p in plan.existing if p >= plan.to):  # overwrite with fewer tasks
             task = TaskKey(namespace, component, p)

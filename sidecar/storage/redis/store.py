@@ -1,9 +1,9 @@
 """The task protocol on Redis: task state in hashes, every step an atomic Lua script.
 
 Open (lua/open.lua) claims, rolls back a replayed batch and refuses what must be refused;
-Commit (lua/commit.lua) applies one change set and its rollback record; Restore streams
-the hash in pages; a delta restore reads the change log (changelog.py); MultiGet reads keys
-(lua/get.lua). Every one is fenced by the task's epoch. The keys are spelled in keys.py;
+Commit (lua/commit.lua) applies one change set and its rollback record; a restore streams
+the hash in pages; a delta restore reads the change log (changelog.py); a read of some keys
+is lua/read_keys.lua. Every one is fenced by the task's epoch. The keys are spelled in keys.py;
 the namespace's index and record (records.py) tell a new task from a lost one.
 """
 
@@ -216,7 +216,7 @@ class RedisTaskStore:
     ) -> Delta | None:
         """The keys changed since `since`, from the change log; see base.TaskStore.
 
-        changes.lua names the keys (one msgpack array per version); get.lua reads their
+        changes.lua names the keys (one msgpack array per version); read_keys.lua reads their
         values in pages, each checking that the state is still at the version the keys
         were named for (else None: the caller restores in full).
         """
@@ -316,22 +316,22 @@ class RedisTaskStore:
     async def _values(
         self, task: TaskKey, epoch: int, keys: Sequence[Any], at: str = ""
     ) -> list[bytes | None]:
-        """The values of `keys` (None: absent), fenced by epoch, in pages (get.lua).
+        """The values of `keys` (None: absent), fenced by epoch, in pages (read_keys.lua).
 
         With `at`, every page also checks that the state is at that version counter:
         _StateMovedError when it moved.
         """
         meta_key, data, _, _ = task_keys(task)
-        script = self._conn.scripts["get"]
+        script = self._conn.scripts["read_keys"]
         out: list[bytes | None] = []
         for i in range(0, max(len(keys), 1), _GET_CHUNK):
             argv = script.args(keys[i : i + _GET_CHUNK], epoch=str(epoch), at=at)
 
             async def call(argv: list[Any] = argv) -> Any:
-                return await self._conn.evalsha("get", (meta_key, data), argv)
+                return await self._conn.evalsha("read_keys", (meta_key, data), argv)
 
             try:
-                out.extend(await self._conn.run("get", call))
+                out.extend(fields(await self._conn.run("get", call))["values"])
             except rex.ResponseError as exc:
                 if str(exc).startswith("TSMOVED"):
                     raise _StateMovedError from None

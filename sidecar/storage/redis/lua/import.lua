@@ -15,7 +15,7 @@
 -- commit starts the log afresh (commit.lua).
 -- A task that a rescale (or a write of the data source) holds (meta 'rescale') is
 -- refused in every mode: a replace would delete the lock with the metadata.
--- Returns {epoch, size}. Errors: TSEXISTS, TSFENCED <epoch>, TSRESCALING <lock>. An
+-- Returns field/value pairs: epoch, size. Errors: TSEXISTS, TSFENCED <epoch>, TSRESCALING <lock>. An
 -- error writes nothing.
 local meta, data, undo, log, ttl, stash = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local mode = ARGV[1]
@@ -59,4 +59,4 @@ end
 local size = redis.call('HLEN', data)
 redis.call('HSET', meta, 'size', string.format('%d', size),  -- open.lua: data lost?
   'size_ver', redis.call('HGET', meta, 'ver') or '1')
-return {epoch, size}
+return {'epoch', epoch, 'size', size}

@@ -7,8 +7,9 @@
 -- it answers for any batch >= log_floor_batch (-1 when the log starts at the beginning).
 -- A replayed batch's first run counts too: a key it changed and the rollback restored is
 -- named, with its value now.
--- Returns {version, committed batch, 1, key1, value1 | '' (deleted), key2, ...}, or
--- {version, committed batch, 0, oldest batch covered} when the log does not reach back.
+-- Returns field/value pairs: version, batch (the committed one), covered (the oldest
+-- batch the log answers for), and when it answers for ARGV 1, pairs: key1, value1 | ''
+-- (deleted), key2, ...
 -- Errors: TSNOTASK, TSRESCALING <lock>. Reads only.
 local meta, data, log = KEYS[1], KEYS[2], KEYS[3]
 local m = meta_fields(meta, {'gen', 'ver', 'batch', 'rescale', 'log_floor', 'log_ver',
@@ -29,9 +30,10 @@ if m.log_ver and tonumber(m.log_ver) == ver then
   end
 end
 if since < covered then
-  return {token, string.format('%d', batch), 0, string.format('%d', covered)}
+  return {'version', token, 'batch', string.format('%d', batch),
+    'covered', string.format('%d', covered)}
 end
-local out = {token, string.format('%d', batch), 1}
+local pairs_out = {}
 local CH = 2000
 local tags, fields = {}, {}
 for v = floor + 1, ver do tags[#tags + 1] = 'b' .. string.format('%d', v) end
@@ -61,8 +63,9 @@ for i = 1, #keys, CH do
   local stop = math.min(i + CH - 1, #keys)
   local vals = redis.call('HMGET', data, unpack(keys, i, stop))
   for j = 1, #vals do
-    out[#out + 1] = keys[i + j - 1]
-    out[#out + 1] = vals[j] or ''
+    pairs_out[#pairs_out + 1] = keys[i + j - 1]
+    pairs_out[#pairs_out + 1] = vals[j] or ''
   end
 end
-return out
+return {'version', token, 'batch', string.format('%d', batch), 'covered',
+  string.format('%d', covered), 'pairs', pairs_out}

@@ -9,12 +9,12 @@
 -- ARGV: 1 the rescale's lock, 2 partition count, 3 committed batch, 4 the batch before
 --       it ('': no rollback record, a replay of the batch is refused), 5 generation,
 --       6 now, 7 codec
--- Returns {1 written now | 0 written before by this rescale, keys}.
+-- Returns field/value pairs: written (1 now, 0 before by this rescale), keys.
 -- Errors: TSRESCALING <lock> (another rescale holds it).
 local meta, data, undo, log, stage, stage_undo =
   KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local m = meta_fields(meta, {'rescaled_by', 'epoch', 'rescale'})
-if m.rescaled_by == ARGV[1] then return {0, redis.call('HLEN', data)} end
+if m.rescaled_by == ARGV[1] then return {'written', 0, 'keys', redis.call('HLEN', data)} end
 if m.rescale and m.rescale ~= ARGV[1] then return redis.error_reply('TSRESCALING ' .. m.rescale) end
 local epoch = (tonumber(m.epoch or '0') or 0) + 1
 if redis.call('EXISTS', stage) == 1 then
@@ -42,4 +42,4 @@ if ARGV[4] ~= '' then
   redis.call('HSET', meta, 'undo_batch', ARGV[3], 'prev_batch', ARGV[4], 'undo_mode', 'fields',
     'undo_n', string.format('%d', redis.call('HLEN', undo)))
 end
-return {1, size}
+return {'written', 1, 'keys', size}

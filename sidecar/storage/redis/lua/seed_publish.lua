@@ -9,11 +9,11 @@
 --       kept aside, open.lua: it belonged to the generation this write ends)
 -- ARGV: 1 the write's lock, 2 partition count, 3 batch, 4 generation, 5 now, 6 codec,
 --       7 'overwrite' | 'append'
--- Returns {1 written now | 0 written before by this write, keys}.
+-- Returns field/value pairs: written (1 now, 0 before by this write), keys.
 -- Errors: TSRESCALING <lock>, TSGONE.
 local meta, data, undo, log, stage, edits = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local m = meta_fields(meta, {'seeded_by', 'epoch', 'rescale', 'seed_new', 'pos'})
-if m.seeded_by == ARGV[1] then return {0, redis.call('HLEN', data)} end
+if m.seeded_by == ARGV[1] then return {'written', 0, 'keys', redis.call('HLEN', data)} end
 if m.rescale ~= ARGV[1] then
   if m.rescale then return redis.error_reply('TSRESCALING ' .. m.rescale) end
   return redis.error_reply('TSGONE')
@@ -46,4 +46,4 @@ redis.call('HSET', meta, 'layout', '1', 'epoch', string.format('%d', epoch), 'ge
   'last_writer', 'taskstate data source', 'size', string.format('%d', size), 'size_ver', '1',
   'log_floor', '1', 'log_ver', '1', 'log_n', '0', 'log_floor_batch', ARGV[3])
 if ARGV[7] ~= 'overwrite' and m.pos then redis.call('HSET', meta, 'pos', m.pos) end
-return {1, size}
+return {'written', 1, 'keys', size}
