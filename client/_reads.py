@@ -27,10 +27,9 @@ from taskstate.proto import chunks
 from taskstate.proto import taskstate_pb2 as pb
 
 from ._changes import MISSING
-from ._errors import CodecError
 from ._schema import Schema
 from ._transport import Transport
-from ._wire import name_bad_utf8
+from ._wire import name_bad_utf8, text_pairs
 
 # A page of an on-demand read: at most this many keys, and about `budget` bytes of values
 # (1,000 keys while the size of the state's values is not known yet).
@@ -146,15 +145,7 @@ class Reads:
         found: dict[str, bytes] = {}
 
         def on_chunk(chunk: pb.ReadChunk) -> None:
-            flat = chunks.unpack(chunk.packed, text=False)
-            try:
-                found.update(zip(map(bytes.decode, flat[0::2]), flat[1::2], strict=True))
-            except (UnicodeDecodeError, ValueError):
-                raise CodecError(
-                    f"task {self.task_id}: the sidecar answered {len(keys)} keys with a "
-                    "malformed chunk",
-                    self.task_id,
-                ) from None
+            found.update(zip(*text_pairs(self.task_id, chunk.packed), strict=True))
 
         self.transport.read(req, self.task_id, on_chunk, found.clear)
         return [found.get(k) for k in keys]
@@ -185,12 +176,7 @@ class Reads:
         keys: list[str] = []
 
         def on_chunk(chunk: pb.ReadChunk) -> None:
-            flat = chunks.unpack(chunk.packed, text=False)
-            try:
-                keys.extend(map(bytes.decode, flat[0::2]))
-            except UnicodeDecodeError:  # a stored key that is not UTF-8: name it
-                name_bad_utf8(self.task_id, flat)
-                raise
+            keys.extend(text_pairs(self.task_id, chunk.packed)[0])
 
         req = pb.ReadRequest(task=self.pb_task(), epoch=epoch)
         self.transport.read(req, self.task_id, on_chunk, keys.clear)

@@ -33,6 +33,16 @@ def unpack_keys(task: str, blob: bytes) -> list[str]:
     return keys
 
 
+def text_pairs(task: str | None, blob: bytes) -> tuple[list[str], list[bytes]]:
+    """A chunk's keys as text and its values as stored; CodecError names a key not UTF-8."""
+    raw: list[bytes] = chunks.unpack(blob, text=False)
+    try:
+        return list(map(bytes.decode, raw[0::2])), raw[1::2]
+    except UnicodeDecodeError:  # a stored key that is not UTF-8: name it
+        name_bad_utf8(task, raw)
+        raise
+
+
 def decode_chunk(
     task: str,
     chunk: pb.ReadChunk,
@@ -51,13 +61,7 @@ def decode_chunk(
     if not chunk.packed:
         return
     if json:
-        raw: list[bytes] = chunks.unpack(chunk.packed, text=False)
-        try:
-            keys = list(map(bytes.decode, raw[0::2]))
-        except UnicodeDecodeError:  # a stored key that is not UTF-8: name it
-            name_bad_utf8(task, raw)
-            raise
-        into.update(zip(keys, raw[1::2], strict=True))
+        into.update(zip(*text_pairs(task, chunk.packed), strict=True))
         return
     try:
         flat = chunks.unpack(chunk.packed, text=True)
@@ -67,7 +71,7 @@ def decode_chunk(
         into[k] = decode(task, k, v)
 
 
-def name_bad_utf8(task: str, raw: list[bytes]) -> list[Any]:
+def name_bad_utf8(task: str | None, raw: list[bytes]) -> list[Any]:
     """Raise the CodecError for the first stored key or value that is not UTF-8 text."""
     for k, v in zip(raw[0::2], raw[1::2], strict=True):
         key = k.decode(errors="replace")

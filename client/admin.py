@@ -29,7 +29,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from taskstate.proto import chunks, ids
+from taskstate.proto import ids
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto.durability import Durability
 
@@ -37,6 +37,7 @@ from ._codec import CODECS
 from ._errors import ConfigError, SidecarUnavailableError, StateChangedError, TaskStateError
 from ._security import SidecarSecurity
 from ._transport import Transport
+from ._wire import text_pairs
 from ._wires import CallFailed
 from .address import DEFAULT_RUN_DIR, DEFAULT_SIDECAR, ENV_RUN_DIR, ENV_SIDECAR, grpc_target
 
@@ -218,8 +219,7 @@ class AdminClient:
             version = ""
             try:
                 for chunk in self.read_chunks(pb.ReadRequest(task=task, pattern=pattern)):
-                    flat = chunks.unpack(chunk.packed, text=False)
-                    out.update(zip(map(bytes.decode, flat[0::2]), flat[1::2], strict=True))
+                    out.update(zip(*text_pairs(fq, chunk.packed), strict=True))
                     if chunk.last:
                         version = chunk.version
                 return out, version

@@ -28,7 +28,7 @@ from ..values import (
 )
 from . import meta
 from .connect import RedisSettings, redact
-from .keys import edits_key, every_key, stash_key, task_keys, ttl_keys
+from .keys import edits_key, every_key, stash_key, task_keys, ttl_key
 from .reads import Reader
 from .records import NamespaceRecords
 from .replies import fields, text
@@ -103,7 +103,7 @@ class RedisAdmin:
 
     async def edit(self, task: TaskKey, key: str, value: bytes | None, codec: str) -> bool:
         """Set (or with None delete) one key; see base.AdminStore.edit (lua/edit.lua)."""
-        keys = (*task_keys(task), edits_key(task), ttl_keys(task)[0])
+        keys = (*task_keys(task), edits_key(task), ttl_key(task))
         args = self._conn.scripts["edit"].args(
             key=key, value=value or b"", codec=codec, now=f"{time.time():.3f}"
         )
@@ -145,7 +145,7 @@ class RedisAdmin:
         partitions: int | None = None,
     ) -> tuple[int, int]:
         """Create or extend a task from exported state; see base.AdminStore.import_task."""
-        keys = (*task_keys(task), ttl_keys(task)[0], stash_key(task))
+        keys = (*task_keys(task), ttl_key(task), stash_key(task))
         mode = "append" if append_epoch is not None else "replace" if replace else "create"
         if append_epoch is None:
             partitions = await self._import_count(task, partitions)
@@ -199,7 +199,7 @@ class RedisAdmin:
         )
 
         async def call() -> Any:
-            return await self._conn.evalsha("sweep", (meta, data, log, ttl_keys(task)[0]), args)
+            return await self._conn.evalsha("sweep", (meta, data, log, ttl_key(task)), args)
 
         return int(await self._conn.run("sweep", call))
 

@@ -19,10 +19,8 @@ in one Redis Cluster slot and one script can touch all its keys:
                          and `rescale/<comp>` (a `taskstate rescale` under way, JSON)
 - `ts:{ns/comp/p}:ttl`    sorted set: key -> its expiry (epoch ms) or an earlier time, of
                          the keys written with a time to live (a value's envelope,
-                         taskstate/proto/envelope.py), kept by the scripts that write;
-                         `:ttl_undo` the index before the batch beside a copy-mode
-                         rollback record, as sidecars before 2026-11-25 kept it (a
-                         rollback now rebuilds the index instead)
+                         taskstate/proto/envelope.py), kept by the scripts that write
+                         (a rollback rebuilds it)
 - `ts:{ns/comp/p}:stash`  hash: a batch another attempt finished, as it was when a late
                          attempt of the same application rolled it back (lua/open.lua):
                          made the state again at the next batch if the late attempt
@@ -54,9 +52,7 @@ from taskstate.proto.ids import fq_task_id
 
 from ..values import TaskKey
 
-Kind = Literal[
-    "data", "meta", "undo", "log", "edits", "stage", "stage_undo", "ttl", "ttl_undo", "stash"
-]
+Kind = Literal["data", "meta", "undo", "log", "edits", "stage", "stage_undo", "ttl", "stash"]
 
 
 class ComponentRecord(NamedTuple):
@@ -116,17 +112,14 @@ def task_keys(task: TaskKey) -> tuple[str, str, str, str]:
     )
 
 
-def ttl_keys(task: TaskKey) -> tuple[str, str]:
-    """(ttl, ttl_undo): the task's expiry index, and an older sidecar's copy of it.
+def ttl_key(task: TaskKey) -> str:
+    """The task's expiry index.
 
-    The index maps the keys written with a time to live to their expiry (epoch ms) or an
-    earlier time (a key written again keeps its earlier entry: prelude.lua ttl_sync). The
-    second sat beside a copy-mode rollback record; a rollback now rebuilds the index from
-    the restored data (open.lua), and renames a copy back only when an older sidecar made
-    one.
+    It maps the keys written with a time to live to their expiry (epoch ms) or an earlier
+    time (a key written again keeps its earlier entry: prelude.lua ttl_sync); a rollback
+    rebuilds it from the restored data (open.lua).
     """
-    n, c, p = task.namespace, task.component, task.partition
-    return task_key(n, c, p, "ttl"), task_key(n, c, p, "ttl_undo")
+    return task_key(task.namespace, task.component, task.partition, "ttl")
 
 
 def stash_key(task: TaskKey) -> str:
@@ -143,7 +136,7 @@ def every_key(task: TaskKey) -> tuple[str, ...]:
     """Every key a task may have: what deleting the task deletes."""
     n, c, p = task.namespace, task.component, task.partition
     return (*task_keys(task), edits_key(task), task_key(n, c, p, "stage"),
-            task_key(n, c, p, "stage_undo"), *ttl_keys(task), stash_key(task))  # fmt: skip
+            task_key(n, c, p, "stage_undo"), ttl_key(task), stash_key(task))  # fmt: skip
 
 
 def index_member(task: TaskKey) -> str:

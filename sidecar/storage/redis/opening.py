@@ -19,7 +19,7 @@ from taskstate.proto.ids import similar
 
 from ... import errors
 from ..values import TaskKey
-from .keys import edits_key, stash_key, task_keys, ttl_keys
+from .keys import edits_key, stash_key, task_keys, ttl_key
 from .records import NamespaceRecords
 from .routing import Connection
 from .scripts import SEED_LOCK, Refused, refusal
@@ -65,7 +65,7 @@ class OpenScript:
         """
         name = "open" if commit is None else "open_commit"
         script = self._conn.scripts[name]
-        keys = (*task_keys(task), edits_key(task), *ttl_keys(task), stash_key(task))
+        keys = (*task_keys(task), edits_key(task), ttl_key(task), stash_key(task))
         settled = False
         while True:
             argv = script.args(**args, **(commit or {}))

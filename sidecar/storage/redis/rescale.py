@@ -53,7 +53,7 @@ from .keys import (
     seed_fields,
     task_key,
     task_keys,
-    ttl_keys,
+    ttl_key,
 )
 from .records import NamespaceRecords
 from .replies import text
@@ -155,7 +155,7 @@ class Rescaler:
             gen = new_generation()
             for t in range(to):
                 task = TaskKey(namespace, component, t)
-                keys = (*task_keys(task), *_staging(task), edits_key(task), *ttl_keys(task))
+                keys = (*task_keys(task), *_staging(task), edits_key(task), ttl_key(task))
                 await self._script(
                     "rescale_commit",
                     task,

@@ -55,7 +55,7 @@ from .keys import (
     seed_keys,
     stash_key,
     task_keys,
-    ttl_keys,
+    ttl_key,
 )
 from .records import NamespaceRecords
 from .replies import fields, text
@@ -275,7 +275,7 @@ class Seeder:
             stage = seed_keys(task, plan.id)[0]
             r = await self._script(
                 "seed_publish", task,
-                (*task_keys(task), stage, edits_key(task), *ttl_keys(task), stash_key(task)),
+                (*task_keys(task), stage, edits_key(task), ttl_key(task), stash_key(task)),
                 lock=plan.lock, partitions=str(plan.to), batch=str(plan.batch), new_gen=gen,
                 now=now(), codec="json", mode=mode,
             )  # fmt: skip

@@ -26,7 +26,7 @@ from ...errors import SidecarError
 from ..values import ChangeSet, CommitResult, Delta, OpenResult, TaskKey, TaskMeta
 from . import meta
 from .changelog import changed_keys, log_entry
-from .keys import stash_key, task_keys, ttl_keys
+from .keys import stash_key, task_keys, ttl_key
 from .opening import OpenScript
 from .records import NamespaceRecords
 from .replies import fields, text
@@ -266,7 +266,7 @@ class RedisTaskStore:
         durability: Durability,
     ) -> CommitResult:
         """Apply one change set atomically; see base.TaskStore.commit."""
-        keys = (*task_keys(task), *ttl_keys(task))
+        keys = (*task_keys(task), ttl_key(task))
         args = self._conn.scripts["commit"].args(
             epoch=str(epoch),
             batch="" if batch is None else str(batch),

@@ -1,7 +1,6 @@
 -- Commit(task, epoch, batch, upserts, deletes, position): one atomic change set.
 -- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 ttl (the expiry index: key -> its expiry or an
---       earlier time, kept from the values' envelopes, prelude.lua ttl_sync), 6 ttl_undo
---       (an older sidecar's copy of the index in copy mode: removed)
+--       earlier time, kept from the values' envelopes, prelude.lua ttl_sync)
 -- ARGV: 1 epoch, 2 batch ('' for batch jobs), 3 position ('+' .. bytes, or '' for none),
 --       4 now, 5 writer, 6 the change set's keys (upserted, then deleted) as one msgpack
 --       array (the change log's entry), 7 the upserts: a msgpack array [key1, value1, key2,
@@ -37,7 +36,7 @@
 -- applied on).
 -- Errors: TSFENCED <epoch>, TSAHEAD <last>, TSCORRUPT <what>.
 -- An error writes nothing.
-local meta, data, undo, log, ttl, ttl_undo = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local meta, data, undo, log, ttl = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local foreign = not_hashes({data, undo, log})  -- prelude.lua
 if foreign then return foreign end
 local m = meta_fields(meta, {'epoch', 'batch', 'undo_batch', 'pos', 'ver', 'gen',
@@ -83,7 +82,6 @@ if has_batch then
     else
       redis.call('UNLINK', undo)  -- freed off the main thread
     end
-    redis.call('UNLINK', ttl_undo)  -- a copy of the index, as older sidecars made
     -- copy mode does not copy the expiry index: a rollback rebuilds it from the copy's
     -- values (exact entries: a valid index) when one existed (undo_ttl, open.lua)
     redis.call('HSET', meta, 'undo_batch', ARGV[2], 'prev_batch', m.batch or '-1',
@@ -108,7 +106,6 @@ if has_batch then
         if had_ttl then break end
         if u[j] ~= '' and expiry_of(u[j]) then had_ttl = true end
       end
-      redis.call('UNLINK', ttl_undo)
       redis.call('HSET', meta, 'undo_mode', 'copy', 'undo_n', string.format('%d', #u / 2),
         'undo_ttl', had_ttl and '1' or '0')
       m.undo_mode = 'copy'

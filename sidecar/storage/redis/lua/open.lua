@@ -1,6 +1,6 @@
 -- Open(task, batch, attempt): claim the task for a task attempt.
--- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 edits, 6 ttl (the expiry index), 7 ttl_undo,
---       8 stash (all in the task's hash-tag slot)
+-- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 edits, 6 ttl (the expiry index), 7 stash (all in
+--       the task's hash-tag slot)
 -- ARGV: 1 batch ('' for batch jobs), 2 generation id for a new task, 3 now,
 --       4 writer, 5 codec, 6 attempt id ('': no Spark task, always a new claim),
 --       7 '1': refuse a task with no keys at all (TSNEW) so the sidecar can ask the index,
@@ -56,8 +56,8 @@
 -- TSLOST stash <batch> <size>, TSNEW.
 -- An error writes nothing.
 local SUPERSEDED_MAX = 32
-local meta, data, undo, log, edits, ttl, ttl_undo, stash =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
+local meta, data, undo, log, edits, ttl, stash =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local foreign = not_hashes({data, undo, log, edits, stash})  -- prelude.lua
 if foreign then return foreign end
 local m = meta_fields(meta, {'layout', 'epoch', 'batch', 'gen', 'ver', 'codec',
@@ -151,7 +151,7 @@ if stash_b and has_batch and batch > stash_b then
     else
       redis.call('UNLINK', data)
     end
-    redis.call('UNLINK', ttl, ttl_undo, undo)
+    redis.call('UNLINK', ttl, undo)
     if m.stash_ttl == '1' then rebuild_index(ttl, data) end  -- prelude.lua
     ver = ver + 1
     local nv = string.format('%d', ver)
@@ -210,12 +210,8 @@ if has_batch and last == batch and last >= 0 then
     else
       redis.call('UNLINK', data)
     end
-    if redis.call('EXISTS', ttl_undo) == 1 then  -- an older sidecar's copy of the index
-      redis.call('RENAME', ttl_undo, ttl)
-    else
-      redis.call('UNLINK', ttl)
-      if m.undo_ttl == '1' then rebuild_index(ttl, data) end  -- prelude.lua
-    end
+    redis.call('UNLINK', ttl)
+    if m.undo_ttl == '1' then rebuild_index(ttl, data) end  -- prelude.lua
     nrolled = tonumber(m.undo_n or '0')
     logged = false
   else
@@ -291,7 +287,7 @@ if redis.call('EXISTS', ttl) == 1 then
       if tonumber(cur.batch or '-1') ~= batch or cur.undo_batch ~= ARGV[1] then
         local prev_pos = ''
         if pos then prev_pos = '+' .. pos end
-        redis.call('UNLINK', undo, ttl_undo)
+        redis.call('UNLINK', undo)
         redis.call('HSET', meta, 'undo_batch', ARGV[1], 'prev_batch', cur.batch or '-1',
           'prev_pos', prev_pos, 'batch', ARGV[1], 'undo_mode', 'fields', 'undo_n', '0')
       end

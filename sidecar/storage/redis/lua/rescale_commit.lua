@@ -4,8 +4,8 @@
 -- committed batch, with the new partition count, a higher epoch (zombies stay fenced)
 -- and a change log that starts afresh (workers holding an older copy restore in full).
 -- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 stage, 6 stage_undo, 7 edits (dropped: the
---       data holds every edit already), 8 ttl, 9 ttl_undo (the expiry index, made anew
---       from the values the target takes)
+--       data holds every edit already), 8 ttl (the expiry index, made anew from the
+--       values the target takes)
 -- ARGV: 1 the rescale's lock, 2 partition count, 3 committed batch, 4 the batch before
 --       it ('': no rollback record, a replay of the batch is refused), 5 generation,
 --       6 now, 7 codec
@@ -27,7 +27,7 @@ if ARGV[4] ~= '' and redis.call('EXISTS', stage_undo) == 1 then
 else
   redis.call('UNLINK', undo, stage_undo)
 end
-redis.call('UNLINK', log, KEYS[7], KEYS[8], KEYS[9])
+redis.call('UNLINK', log, KEYS[7], KEYS[8])
 -- the expiry index of the keys this target takes (their envelopes carry it)
 rebuild_index(KEYS[8], data)  -- prelude.lua
 redis.call('DEL', meta)

@@ -4,9 +4,9 @@
 -- replace theirs). Either way the metadata starts a new generation at the write's batch
 -- with the partition count, a higher epoch (an attempt from before is fenced), a change
 -- log that starts afresh and no rollback record (a replay of that batch is refused).
--- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 seed:<id>:stage, 6 edits, 7 ttl, 8 ttl_undo (the
---       expiry index: written keys have none, so they leave it), 9 stash (a finished batch
---       kept aside, open.lua: it belonged to the generation this write ends)
+-- KEYS: 1 meta, 2 data, 3 undo, 4 log, 5 seed:<id>:stage, 6 edits, 7 ttl (the expiry
+--       index: written keys have none, so they leave it), 8 stash (a finished batch kept
+--       aside, open.lua: it belonged to the generation this write ends)
 -- ARGV: 1 the write's lock, 2 partition count, 3 batch, 4 generation, 5 now, 6 codec,
 --       7 'overwrite' | 'append'
 -- Returns field/value pairs: written (1 now, 0 before by this write), keys.
@@ -36,7 +36,7 @@ elseif redis.call('EXISTS', stage) == 1 then
   end
   redis.call('UNLINK', stage)
 end
-redis.call('UNLINK', KEYS[8], KEYS[9])
+redis.call('UNLINK', KEYS[8])
 redis.call('UNLINK', undo, log, edits)
 redis.call('DEL', meta)
 local size = redis.call('HLEN', data)
