@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -392,3 +393,79 @@ def test_an_answer_over_the_clients_limit_is_the_same_error_on_both_transports(
     monkeypatch.setenv("TASKSTATE_MAX_MESSAGE_BYTES", str(1 << 16))
     with pytest.raises(LimitError), ts(sidecar.target, namespace, 1) as s:
         s.get("big")
+
+
+def test_a_tasks_reads_travel_the_threads_connection(
+    lane_only: tuple[SidecarProcess, str],
+    redis_server: RedisServer,
+    namespace: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Restores and on-demand reads are Reads on the lane, on the connection of the calls."""
+    from taskstate.client._frames import FrameLane
+
+    _, target = lane_only  # no gRPC socket: every call and read must take the lane
+    with ts(target, namespace, 0) as s:
+        s.update({f"k{i}": i for i in range(50)})
+    _cache.sessions.clear()  # the next block holds no copy: it reads through the sidecar
+    connects = []
+    real = FrameLane._connect
+
+    def counted(self: FrameLane, timeout_s: float) -> Any:
+        connects.append(threading.get_ident())
+        return real(self, timeout_s)
+
+    monkeypatch.setattr(FrameLane, "_connect", counted)
+    seen: dict[str, Any] = {}
+
+    def block_in_a_new_thread() -> None:  # a new thread: a connection of its own
+        with ts(target, namespace, 1) as s:
+            seen["one"] = s["k7"]  # a Read of one key
+            seen["all"] = dict(s)  # a Read of the rest
+            s["k7"] = -7
+
+    t = threading.Thread(target=block_in_a_new_thread)
+    t.start()
+    t.join(30)
+    assert seen["one"] == 7 and seen["all"] == {f"k{i}": i for i in range(50)}
+    assert len(connects) == 1  # Open, two Reads and Commit: one connection
+    assert data_of(redis_server, namespace)[b"k7"] == b"-7"
+
+
+def test_a_read_left_midway_does_not_leave_its_chunks_for_the_next_call(
+    sidecar: SidecarProcess, namespace: str
+) -> None:
+    """The thread's connection is dropped, never read from again, when a Read stops early."""
+    from taskstate.client._frames import FrameLane
+
+    with ts(sidecar.target, namespace, 0) as s:
+        s.update({f"k{i}": "x" * 1000 for i in range(3000)})  # about 3 MB: several chunks
+    opened = Open(sidecar.target, namespace)
+    lane = FrameLane(frames.lane_path(sidecar.target.removeprefix("unix://")), None)
+    read = pb.ReadRequest(task=opened.task, epoch=opened.epoch).SerializeToString()
+    chunks = lane.stream("Read", read, 5, 1 << 26, pb.ReadChunk.FromString, _last, whole=True)
+    first = next(chunks)
+    assert first.packed and not first.last
+    chunks.close()  # type: ignore[attr-defined]  # the reader stops: the rest is still owed
+    describe = pb.DescribeRequest(task=opened.task).SerializeToString()
+    info = pb.TaskInfo.FromString(lane.call("Describe", describe, 5, 1 << 26))
+    assert info.exists and info.size == 3000  # the answer, not a chunk left over
+
+
+def _last(chunk: pb.ReadChunk) -> bool:
+    return chunk.last
+
+
+class Open:
+    """An Open of partition 0 at batch 1 over gRPC: its task and epoch."""
+
+    def __init__(self, target: str, namespace: str) -> None:
+        import grpc
+
+        from taskstate.proto import taskstate_pb2_grpc as pb_grpc
+
+        self.task = pb.TaskId(namespace=namespace, component="c", partition=0)
+        with grpc.insecure_channel(target) as channel:
+            stub = pb_grpc.TaskStateServiceStub(channel)
+            r = stub.Open(pb.OpenRequest(task=self.task, batch=1, codec="json", attempt_id="t:1"))
+        self.epoch = r.epoch

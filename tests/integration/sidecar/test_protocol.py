@@ -459,3 +459,27 @@ def test_a_request_with_a_field_of_another_version_is_refused(
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "field(s) 4 not in the wire's version 1" in (info.value.details() or "")
     assert data_of(redis_server, namespace) == before
+
+
+@pytest.mark.parametrize(
+    ("fields", "says"),
+    [
+        ({"epoch": 1, "pattern": "k*"}, "with an epoch takes no pattern"),
+        ({"epoch": 1, "changes_since_batch": 0}, "with an epoch takes no pattern and no batch"),
+        ({"since_version": "g:1"}, "since a version needs an epoch"),
+        ({"delta_only": True}, "since a version needs an epoch"),
+        ({"changes_since_batch": -2}, "out of range"),
+    ],
+)
+def test_a_read_that_mixes_a_claims_read_with_a_claim_free_one_is_refused(
+    sidecar: SidecarProcess, namespace: str, fields: dict[str, Any], says: str
+) -> None:
+    with ts(sidecar, namespace, 0) as s:
+        s["k"] = 1
+    task = pb.TaskId(namespace=namespace, component="c", partition=0)
+    with grpc.insecure_channel(f"unix:{sidecar.socket}") as ch:
+        stub = pb_grpc.TaskStateServiceStub(ch)
+        with pytest.raises(grpc.RpcError) as info:
+            list(stub.Read(pb.ReadRequest(task=task, **fields), timeout=10))
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert says in (info.value.details() or "")
