@@ -6,8 +6,8 @@ array, packed and unpacked in one C call, never one protobuf object per key:
 - **pairs** `[key1, value1, key2, value2, ...]`: a change set's upserts
   (CommitRequest.packed_upserts) and a chunk of state read (ReadChunk.packed);
 - **keys** `[key1, key2, ...]`: a change set's deletes (CommitRequest.packed_deletes), a
-  read's deleted keys (ReadChunk.packed_deletes), the keys asked (GetRequest.packed_keys);
-- **values** `[value1 or nil, ...]`, one per key asked (GetResponse.packed_values).
+  read's deleted keys (ReadChunk.packed_deletes), the keys a Read asks for
+  (ReadRequest.packed_keys).
 
 Keys are UTF-8 text. Values are the stored bytes (JSON text, or the expiry envelope of
 `taskstate.proto.envelope`). Every item is a msgpack str (raw): the form Redis' Lua
@@ -23,8 +23,8 @@ from typing import Any
 import msgpack
 
 
-def pack(items: Iterable[str | bytes | None]) -> bytes:
-    """One array of raw msgpack strings (nil for None); empty bytes for no items."""
+def pack(items: Iterable[str | bytes]) -> bytes:
+    """One array of raw msgpack strings; empty bytes for no items."""
     flat = list(items)
     return msgpack.packb(flat, use_bin_type=False) if flat else b""
 

@@ -36,7 +36,7 @@ import struct
 SUFFIX = ".frames.sock"
 
 # method ids on the wire; never reused for another call once released
-# (3 was MultiGet's, before Read took its place)
+# (3 was a unary read's, before the Read stream served every read)
 METHODS: dict[str, int] = {"Open": 1, "Commit": 2, "Describe": 4, "OpenCommit": 6}
 STREAMS: dict[str, int] = {"Read": 5}
 

@@ -136,7 +136,7 @@ def _check_keys(keys: list[Any], fq: str, what: str) -> None:
 
 
 def unpack_keys(blob: bytes, fq: str, what: str) -> list[str]:
-    """A packed list of keys (CommitRequest.packed_deletes, GetRequest.packed_keys)."""
+    """A packed list of keys (CommitRequest.packed_deletes, ReadRequest.packed_keys)."""
     keys = _unpack_array(blob, fq, what)
     _check_keys(keys, fq, what)
     return keys

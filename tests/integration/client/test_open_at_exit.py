@@ -27,7 +27,7 @@ from ..conftest import snapshot, stored
 
 pytestmark = pytest.mark.integration
 
-CALLS = ("Open", "Commit", "OpenCommit", "Restore", "Get")  # (Get: MultiGet's series)
+CALLS = ("Open", "Commit", "OpenCommit", "Restore", "Get")  # (a task's Reads: service.label)
 
 
 def ts(side: SidecarProcess, ns: str, ctx: LocalContext, open_at: str = "exit") -> TaskState:

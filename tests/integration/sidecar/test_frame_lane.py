@@ -1,6 +1,6 @@
 """The frame lane (taskstate.proto.frames) against the real sidecar and redis-server.
 
-A task's Open, Commit, MultiGet and Describe travel it whenever the sidecar serves one
+A task's Open, Commit, Read and Describe travel it whenever the sidecar serves one
 beside its Unix socket; these tests show that they do, that a lost answer and a killed
 sidecar cost nothing, that tokens hold there too, and that bad frames are refused.
 """
@@ -78,7 +78,7 @@ def test_a_blocks_calls_travel_the_lane(
     with ts(target, namespace, 0) as s:  # Open + Commit
         s.update({"a": 1, "b": {"n": 2}})
     _cache.sessions.clear()
-    with ts(target, namespace, 1) as s:  # Open + MultiGet + Commit
+    with ts(target, namespace, 1) as s:  # Open + Read (one key) + Commit
         assert s["b"] == {"n": 2}
         s["a"] += 1
     assert data_of(redis_server, namespace) == {b"a": b"2", b"b": b'{"n":2}'}
@@ -387,7 +387,7 @@ def test_an_answer_over_the_clients_limit_is_the_same_error_on_both_transports(
 
     with ts(sidecar.target, namespace, 0) as s:
         s["big"] = "x" * 200_000
-    _cache.sessions.clear()  # the next block reads the key from the sidecar (MultiGet)
+    _cache.sessions.clear()  # the next block reads the key from the sidecar (a Read of one key)
     monkeypatch.setattr(transport, "_wires", {})
     monkeypatch.setenv("TASKSTATE_FRAME_LANE", lane)
     monkeypatch.setenv("TASKSTATE_MAX_MESSAGE_BYTES", str(1 << 16))
