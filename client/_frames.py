@@ -140,52 +140,19 @@ class FrameLane:
         at once, as a unary call is, within `wait_s` all told, on the thread's connection.
         """
         if whole:
-            yield from self._whole(method, message, wait_s, max_bytes, parse, last)
-            return
-        sock = self._connect(wait_s)
+            sock, ends, deadline_ms = self._socket(wait_s), time.monotonic() + wait_s, wait_s * 1000
+        else:
+            sock, ends, deadline_ms = self._connect(wait_s), 0.0, 0.0
+        ended = False  # the last frame read, and nothing after it: the socket serves on
         try:
-            try:
-                sock.settimeout(wait_s)
-                sock.sendall(frames.request(frames.STREAMS[method], self._token, message, 0))
-                reader = _FrameReader(sock, "a message")
-                while True:
-                    frame = reader.frame(time.monotonic() + wait_s, max_bytes)
-                    if frame[0] != frames.OK:
-                        code, details = frames.parse_error(bytes(frame[1:]))
-                        raise FrameStatusError(frame[0], code, details)
-                    item = parse(memoryview(frame)[1:])
-                    yield item
-                    if last(item):
-                        return
-            except _TooLargeError as exc:
-                raise FrameStatusError(frames.RESOURCE_EXHAUSTED, "", str(exc)) from None
-            except (OSError, LaneDownError) as exc:
-                raise LaneDownError(f"{self.path}: {exc or type(exc).__name__}") from None
-        finally:
-            sock.close()
-
-    def _whole(
-        self,
-        method: str,
-        message: bytes,
-        timeout_s: float,
-        max_bytes: int,
-        parse: Callable[[Any], T],
-        last: Callable[[T], bool],
-    ) -> Iterator[T]:
-        deadline = time.monotonic() + timeout_s
-        sock = self._socket(timeout_s)
-        ended = False
-        try:
-            sock.settimeout(timeout_s)
-            sock.sendall(
-                frames.request(frames.STREAMS[method], self._token, message, int(timeout_s * 1000))
-            )
+            sock.settimeout(wait_s)
+            number = frames.STREAMS[method]
+            sock.sendall(frames.request(number, self._token, message, int(deadline_ms)))
             reader = _FrameReader(sock, "a message")
             while not ended:
-                frame = reader.frame(deadline, max_bytes)
+                frame = reader.frame(ends or time.monotonic() + wait_s, max_bytes)
                 if frame[0] != frames.OK:
-                    ended = not reader.pending  # the error frame ends the stream
+                    ended = not reader.pending  # an error frame ends the stream
                     code, details = frames.parse_error(bytes(frame[1:]))
                     raise FrameStatusError(frame[0], code, details)
                 item = parse(memoryview(frame)[1:])
@@ -196,7 +163,9 @@ class FrameLane:
         except (OSError, LaneDownError) as exc:
             raise LaneDownError(f"{self.path}: {exc or type(exc).__name__}") from None
         finally:
-            if not ended:  # a frame may still be owed: never read as the next call's
+            if not whole:
+                sock.close()
+            elif not ended:  # a frame may still be owed: never read as the next call's
                 self._drop()
 
 
