@@ -88,7 +88,7 @@ def register_data_source(spark: Any, **defaults: str | None) -> None:
     from .datasource import TaskStateDataSource  # needs pyspark, as `spark` does
 
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-    spark.dataSource.register(TaskStateDataSource.with_defaults(**defaults))
+    spark.dataSource.register(TaskStateDataSource.with_defaults(pushdown=True, **defaults))
 
 
 def with_batch_id(fn: Callable[[Any, int], T]) -> Callable[[Any, int], T]:

@@ -1,6 +1,7 @@
 """The `taskstate` PySpark data source: a component's state as a DataFrame, and back.
 
-    spark.dataSource.register(TaskStateDataSource)      # configure(spark, ...) does it
+    spark.dataSource.register(TaskStateDataSource)      # configure(spark, ...) does it,
+                                                         # with filter pushdown
     df = spark.read.format("taskstate").option("namespace", "shop").option("component",
         "totals").load()                                 # partition, key, value, batch
     seed.write.format("taskstate").option("namespace", "shop").option("component",

@@ -8,7 +8,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWrite
 from pyspark.sql.types import StructType
 
 from .options import FORMAT, Options
-from .read import READ_SCHEMA, ChangesReader, PushdownReader
+from .read import READ_SCHEMA, ChangesReader, PushdownReader, Reader
 from .write import SeedWriter
 
 
@@ -21,10 +21,13 @@ class TaskStateDataSource(DataSource):
     `value` (JSON text), mode append or overwrite. docs/spark-apis.md, "State as data".
 
     `configure(spark, namespace=..., sidecar=...)` registers it with those as defaults
-    (`defaults`): a read or write then needs only the component.
+    (`defaults`): a read or write then needs only the component. It also turns on the
+    conf Spark's filter pushdown needs (`pushdown`); registered by hand, the source reads
+    without pushing filters, as Spark refuses a reader that would while the conf is off.
     """
 
     defaults: ClassVar[dict[str, str]] = {}  # options a read or write need not give
+    pushdown: ClassVar[bool] = False  # partition and key filters pushed to the reads
 
     @classmethod
     def name(cls) -> str:
@@ -37,11 +40,11 @@ class TaskStateDataSource(DataSource):
         return READ_SCHEMA + (", deleted boolean" if changes else "")
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        """A reader of the component's state (filters on partition and key pushed down)."""
+        """A reader of the component's state (with `pushdown`, of the tasks and keys asked)."""
         options = self._options(writing=False)
         if options.changes_since_batch is not None:
             return ChangesReader(options)
-        return PushdownReader(options)
+        return PushdownReader(options) if self.pushdown else Reader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """A writer of the component's state: begun here, on the driver."""
@@ -52,10 +55,17 @@ class TaskStateDataSource(DataSource):
         return Options.parse({**self.defaults, **given}, writing=writing)
 
     @classmethod
-    def with_defaults(cls, **defaults: str | None) -> type[TaskStateDataSource]:
-        """This data source with default options (e.g. the namespace and the sidecar)."""
+    def with_defaults(
+        cls, *, pushdown: bool = False, **defaults: str | None
+    ) -> type[TaskStateDataSource]:
+        """This data source with default options (e.g. the namespace and the sidecar).
+
+        `pushdown`: its reads push partition and key filters down (Spark needs
+        spark.sql.python.filterPushdown.enabled=true for that).
+        """
         given = {k.lower(): v for k, v in defaults.items() if v is not None}
-        return type(cls.__name__, (cls,), {"defaults": {**cls.defaults, **given}})
+        extra = {"defaults": {**cls.defaults, **given}, "pushdown": pushdown or cls.pushdown}
+        return type(cls.__name__, (cls,), extra)
 
     def __repr__(self) -> str:
         return f"TaskStateDataSource({dict(self.options)!r})"

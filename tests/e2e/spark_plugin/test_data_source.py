@@ -162,6 +162,21 @@ def test_the_state_as_a_dataframe_equals_what_the_input_gives(
     assert metric(metered, keyed) - before[keyed] == 2  # found keys only, one read per task
     assert metric(metered, whole) - before[whole] == len(one)  # no whole task was read
 
+    # registered by hand, without configure(): read without pushdown (Spark refuses a
+    # reader that pushes filters while its conf is off), the same rows
+    from taskstate.spark_plugin import TaskStateDataSource
+
+    pushdown = "spark.sql.python.filterPushdown.enabled"
+    spark.conf.set(pushdown, "false")
+    spark.dataSource.register(TaskStateDataSource)
+    try:
+        by_hand = read(spark, ns, metered.target).where("partition = 1").collect()
+        assert as_state(by_hand) == as_state(one)
+        assert as_state(read(spark, ns, metered.target).collect()) == expected(0, 3)
+    finally:
+        configure(spark, namespace=ns)  # the conf and the source as the other tests use them
+    assert spark.conf.get(pushdown) == "true"
+
     # a component that has no state
     with pytest.raises(Exception, match=f"{ns}/nope has no stored state"):
         spark.read.format("taskstate").option("namespace", ns).option("component", "nope").option(
