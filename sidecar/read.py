@@ -51,12 +51,16 @@ def page_fields(max_fields: int) -> int:
 async def fenced_keys(
     store: TaskStore, task: TaskKey, epoch: int, keys: Sequence[str]
 ) -> AsyncIterator[pb.ReadChunk]:
-    """The keys present (with their values), in chunks; then the last chunk."""
+    """The keys present (with their values), in chunks, the last one marked last.
+
+    Usually one chunk: an on-demand read is one frame, as a unary call's answer is.
+    """
     values = await store.get(task, epoch, keys)
     found = [(k, v) for k, v in zip(keys, values, strict=True) if v is not None]
-    for piece in pieces(found) if found else ():
-        yield pairs_chunk(piece)
-    yield pb.ReadChunk(last=True)
+    chunks = [pairs_chunk(piece) for piece in pieces(found)] if found else [pb.ReadChunk()]
+    chunks[-1].last = True
+    for chunk in chunks:
+        yield chunk
 
 
 async def restore(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, NoReturn, Protocol, TypeVar
@@ -248,7 +248,7 @@ class Guard:
 
     async def stream(
         self, context: CallContext, what: str, request: Any, fn: Callable[[Any], AsyncIterator[T]]
-    ) -> AsyncIterator[T]:
+    ) -> AsyncGenerator[T, None]:
         """`unary` for a server-streaming call.
 
         A stream its reader left before the end is counted as CANCELLED (the reader went

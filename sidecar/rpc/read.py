@@ -24,8 +24,12 @@ class ReadRpcs:
         self.admin = admin
         self.limits = limits
 
-    async def Read(self, request: pb.ReadRequest) -> AsyncIterator[pb.ReadChunk]:  # noqa: N802
-        """A task's state in chunks, all of one version (see the .proto)."""
+    def Read(self, request: pb.ReadRequest) -> AsyncIterator[pb.ReadChunk]:  # noqa: N802
+        """A task's state in chunks, all of one version (see the .proto).
+
+        The request is checked at the call; the chunks come from sidecar/read.py's stream
+        as it is (no layer of its own: an on-demand read of one key is on a task's path).
+        """
         task = wire.task_key(request.task)
         keys = wire.unpack_keys(request.packed_keys, task.fq, "packed_keys") if (
             request.packed_keys) else None  # fmt: skip
@@ -48,5 +52,4 @@ class ReadRpcs:
             if since is not None and not -1 <= since <= MAX_BATCH:
                 raise bad(f"task {task.fq}: changes since batch {since} is out of range")
             chunks = read.claim_free(self.admin, task, n, request.pattern, keys, since)
-        async for chunk in chunks:
-            yield chunk
+        return chunks

@@ -98,11 +98,14 @@ def _unary(guard: Guard, name: str, impl: Any) -> Callable[..., Awaitable[Any]]:
 
 
 def _stream(guard: Guard, name: str, impl: Any) -> Callable[..., AsyncGenerator[Any, None]]:
-    async def handle(request: Any, context: CallContext) -> AsyncGenerator[Any, None]:
+    async def refuse(request: _Malformed, context: CallContext) -> AsyncGenerator[Any, None]:
+        await _refuse_malformed(name, request, context)
+        yield  # pragma: no cover - the refusal raises
+
+    def handle(request: Any, context: CallContext) -> AsyncGenerator[Any, None]:
         if isinstance(request, _Malformed):
-            await _refuse_malformed(name, request, context)
-        async for item in guard.stream(context, label(name, request), request, impl):
-            yield item
+            return refuse(request, context)
+        return guard.stream(context, label(name, request), request, impl)
 
     return handle
 
