@@ -24,7 +24,7 @@
 -- as ARGV 6 brings it), field #<v> = how many and field b<v> = the batch that wrote it
 -- (-1 in a batch job). Meta log_floor and log_ver say what it
 -- covers: every version in (log_floor, ver] is in it, provided log_ver = ver (a writer
--- that bumps ver without logging, such as an import or an older sidecar, leaves log_ver
+-- that bumps ver without logging, such as an import, leaves log_ver
 -- behind, and the next logged commit starts the log afresh). Meta log_n counts its keys;
 -- past LOG_MAX(size) the oldest versions go, raising log_floor: a worker whose cached
 -- version is below the floor restores in full. Meta log_floor_batch is the batch of the

@@ -30,8 +30,8 @@
 -- rolled_back_keys, reused_claim, now_ms, expired.
 -- Lost state (Redis evicted, flushed or failed over): meta 'size' is the data's size
 -- after the write of version 'size_ver', so metadata whose data is gone (when size_ver
--- is the current version: a sidecar older than 'size' may have written since, in a
--- rolling upgrade), or data without its metadata, is refused (TSLOST) instead of opening as a fresh start. A task with neither is new,
+-- is the current version: only then does 'size' describe the data), or data without its
+-- metadata, is refused (TSLOST) instead of opening as a fresh start. A task with neither is new,
 -- unless the sidecar must first ask the namespace's index (ARGV 7 = '1': TSNEW, nothing
 -- written; the sidecar asks, then opens again with ARGV 7 = '0'). A version below the
 -- one this sidecar saw, in the same generation, is refused too (TSLOST behind): Redis

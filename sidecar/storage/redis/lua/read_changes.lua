@@ -42,7 +42,7 @@ for i = 1, #tags, CH do
   local bs = redis.call('HMGET', log, unpack(tags, i, math.min(i + CH - 1, #tags)))
   for j = 1, #bs do
     local b = tonumber(bs[j] or '')
-    -- a version logged without its batch (an older sidecar) might be after `since`
+    -- a version whose batch is not in the log is counted as changed: the safe answer
     if b == nil or b > since then wanted[#wanted + 1] = string.sub(tags[i + j - 1], 2) end
   end
 end
