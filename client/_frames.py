@@ -62,6 +62,9 @@ class FrameLane:
 
     def _socket(self, timeout_s: float) -> socket.socket:
         local = self._local
+        if getattr(local, "reading", False):  # a call made while this thread reads (the
+            # callback of a read at once, e.g. a schema's upgrade): gRPC serves it
+            raise LaneUnreachableError("this thread's connection is in the middle of a read")
         sock: socket.socket | None = getattr(local, "sock", None)
         if sock is not None and local.pid == os.getpid():
             return sock
@@ -80,6 +83,10 @@ class FrameLane:
             self._paused_until = time.monotonic() + self.PAUSE_S
             raise LaneUnreachableError(f"cannot connect to {self.path}: {exc}") from None
         return sock
+
+    def close(self) -> None:
+        """Close this thread's connection (the next call opens another)."""
+        self._drop()
 
     def _drop(self) -> None:
         sock: socket.socket | None = getattr(self._local, "sock", None)
@@ -141,6 +148,7 @@ class FrameLane:
         """
         if whole:
             sock, ends, deadline_ms = self._socket(wait_s), time.monotonic() + wait_s, wait_s * 1000
+            self._local.reading = True
         else:
             sock, ends, deadline_ms = self._connect(wait_s), 0.0, 0.0
         ended = False  # the last frame read, and nothing after it: the socket serves on
@@ -149,14 +157,16 @@ class FrameLane:
             number = frames.STREAMS[method]
             sock.sendall(frames.request(number, self._token, message, int(deadline_ms)))
             reader = _FrameReader(sock, "a message")
-            while not ended:
+            done = False
+            while not done:
                 frame = reader.frame(ends or time.monotonic() + wait_s, max_bytes)
                 if frame[0] != frames.OK:
                     ended = not reader.pending  # an error frame ends the stream
                     code, details = frames.parse_error(bytes(frame[1:]))
                     raise FrameStatusError(frame[0], code, details)
                 item = parse(memoryview(frame)[1:])
-                ended = last(item) and not reader.pending
+                done = last(item)  # nothing past the last is read, even if some came
+                ended = done and not reader.pending
                 yield item
         except _TooLargeError as exc:
             raise FrameStatusError(frames.RESOURCE_EXHAUSTED, "", str(exc)) from None
@@ -165,8 +175,10 @@ class FrameLane:
         finally:
             if not whole:
                 sock.close()
-            elif not ended:  # a frame may still be owed: never read as the next call's
-                self._drop()
+            else:
+                self._local.reading = False
+                if not ended:  # a frame may still be owed: never read as the next call's
+                    self._drop()
 
 
 class _FrameReader:

@@ -125,8 +125,10 @@ class Transport:
 
     def close(self) -> None:
         """Close the transport's own wire (the process's stay open)."""
-        if self._own is not None:
-            self.grpc_wire.channel.close()
+        if isinstance(self._own, LaneWire):
+            self._own.close()
+        elif self._own is not None:
+            self._own.channel.close()
 
     @property
     def grpc_wire(self) -> GrpcWire:

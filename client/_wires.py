@@ -138,6 +138,11 @@ class LaneWire:
                 return _ANSWER[method](body)
         return self.grpc_wire.unary(method, request, timeout_s, wait)
 
+    def close(self) -> None:
+        """Close this thread's lane connection and the gRPC channel."""
+        self.lane.close()
+        self.grpc_wire.channel.close()
+
     def stream(
         self, method: str, request: Any, timeout_s: float, whole: bool, wait: bool
     ) -> Iterator[Any]:
@@ -155,7 +160,7 @@ class LaneWire:
             except LaneUnreachableError:
                 pass  # nothing was sent (no lane there): over gRPC
             except LaneDownError as exc:
-                if got:
+                if got or whole:  # a whole read is retried as a unary call is
                     details = f"the stream broke off: {exc}"
                     raise CallFailed(grpc.StatusCode.UNAVAILABLE, None, details) from None
                 # a connection the sidecar had closed (a restart): over gRPC, from the start

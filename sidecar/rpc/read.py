@@ -33,13 +33,15 @@ class ReadRpcs:
         task = wire.task_key(request.task)
         keys = wire.unpack_keys(request.packed_keys, task.fq, "packed_keys") if (
             request.packed_keys) else None  # fmt: skip
-        if keys is not None:
-            self.limits.check_entries(task.fq, keys, [], "read")
         since = request.changes_since_batch if request.HasField("changes_since_batch") else None
+        changes = since is not None or bool(request.since_version or request.delta_only)
+        if keys is not None and changes:
+            raise bad(f"task {task.fq}: a read of some keys reads no changes; ask for one")
         n = read.page_fields(request.max_fields)
         if request.epoch:
             if request.pattern or since is not None:
                 raise bad(f"task {task.fq}: a read with an epoch takes no pattern and no batch")
+            # a key over the limit cannot be stored: reading it finds it absent, as ever
             epoch = wire.epoch(request.epoch, task.fq)
             chunks = (
                 read.fenced_keys(self.tasks, task, epoch, keys) if keys is not None
@@ -51,5 +53,7 @@ class ReadRpcs:
                 raise bad(f"task {task.fq}: reading changes since a version needs an epoch")
             if since is not None and not -1 <= since <= MAX_BATCH:
                 raise bad(f"task {task.fq}: changes since batch {since} is out of range")
+            if keys is not None:
+                self.limits.check_entries(task.fq, keys, [], "read")
             chunks = read.claim_free(self.admin, task, n, request.pattern, keys, since)
         return chunks

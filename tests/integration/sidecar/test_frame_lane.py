@@ -469,3 +469,24 @@ class Open:
             stub = pb_grpc.TaskStateServiceStub(channel)
             r = stub.Open(pb.OpenRequest(task=self.task, batch=1, codec="json", attempt_id="t:1"))
         self.epoch = r.epoch
+
+
+def test_a_call_made_while_the_thread_reads_goes_over_grpc(
+    sidecar: SidecarProcess, namespace: str
+) -> None:
+    """A call from inside a read at once (a callback) never shares the read's connection."""
+    from taskstate.client._frames import FrameLane, LaneUnreachableError
+
+    with ts(sidecar.target, namespace, 0) as s:
+        s.update({f"k{i}": i for i in range(10)})
+    opened = Open(sidecar.target, namespace)
+    lane = FrameLane(frames.lane_path(sidecar.target.removeprefix("unix://")), None)
+    read = pb.ReadRequest(task=opened.task, epoch=opened.epoch).SerializeToString()
+    describe = pb.DescribeRequest(task=opened.task).SerializeToString()
+    for chunk in lane.stream("Read", read, 5, 1 << 26, pb.ReadChunk.FromString, _last, whole=True):
+        with pytest.raises(LaneUnreachableError, match="middle of a read"):
+            lane.call("Describe", describe, 5, 1 << 26)  # the wire takes gRPC instead
+        if chunk.last:
+            break
+    info = pb.TaskInfo.FromString(lane.call("Describe", describe, 5, 1 << 26))
+    assert info.exists and info.size == 10  # the read ended: the connection serves on

@@ -469,6 +469,9 @@ def test_a_request_with_a_field_of_another_version_is_refused(
         ({"since_version": "g:1"}, "since a version needs an epoch"),
         ({"delta_only": True}, "since a version needs an epoch"),
         ({"changes_since_batch": -2}, "out of range"),
+        ({"packed_keys": b"\x91\xa1k", "changes_since_batch": 0}, "reads no changes"),
+        ({"epoch": 1, "packed_keys": b"\x91\xa1k", "since_version": "g:1"}, "reads no changes"),
+        ({"epoch": 1, "packed_keys": b"\x91\xa1k", "delta_only": True}, "reads no changes"),
     ],
 )
 def test_a_read_that_mixes_a_claims_read_with_a_claim_free_one_is_refused(

@@ -422,3 +422,16 @@ def test_process_cache_is_bounded_but_keeps_the_current_attempt(
     with TaskState(ctx, component="a", namespace=namespace, sidecar=fake.target) as s:
         assert s.info.reused_claim and not s.info.rolled_back
     assert stored(fake, namespace, comp="a") == {"x": b"1"}
+
+
+def test_a_key_over_the_limit_is_read_as_absent(fake: FakeSidecar, namespace: str) -> None:
+    """No such key can be stored, so reading it finds nothing (a write of it is refused)."""
+    long = "k" * 5000  # over the sidecar's default --max-key-bytes
+    with open_state(fake, namespace, 0) as s:
+        s["a"] = 1
+    from taskstate.client import _cache
+
+    _cache.sessions.clear()  # the next block reads through the sidecar
+    with open_state(fake, namespace, 1) as s:
+        assert s.get(long, "default") == "default" and long not in s and s["a"] == 1
+        s.prefetch([long, "a"])
