@@ -4,10 +4,10 @@ A sidecar listening on `unix:///run/x.sock` also listens on `/run/x.frames.sock`
 (`lane_path`). There a client that shares the machine sends the same protobuf messages as
 over gRPC, framed by length, without HTTP/2 and grpc's per-call machinery: about 60 µs of
 the sidecar's CPU per call against about 400 (docs/benchmarks.md, figure 19). Only the
-task's unary calls (`METHODS`) and the Read stream (`STREAMS`: a task's restores and
-on-demand reads, the data source's reads) travel this way; the other streams, operators'
-calls, TCP and TLS stay on gRPC. The same guard serves both: tokens, limits, metrics and
-error codes.
+calls in `METHODS` and the Read stream (`STREAMS`: a task's restores and on-demand reads,
+the data source's and `taskstate show`'s reads) travel this way, whoever makes them; the
+other calls and streams, TCP and TLS stay on gRPC. The same guard serves both: tokens,
+limits, metrics and error codes.
 
 One call at a time per connection, in order:
 
