@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from taskstate.demo.jobs import key_of
+from taskstate.sidecar.storage.redis.keys import meta_key
 from taskstate.spark_plugin import configure, with_batch_id
 from taskstate.testing import RedisServer, SidecarProcess
 
@@ -207,4 +208,11 @@ def test_transform_with_state_timers_through_task_state_processor(
     total = {k: closed.get(k, 0) + still_open.get(k, 0) for k in counts()}
     bad = sorted(k for k, n in counts().items() if total[k] != n)
     seen = sorted((r.key, r.batch, r.n, r.closed, r.pid) for r in out if r.key in bad)
-    assert total == counts(), f"keys {bad}: output rows {seen}, still open {still_open}"
+    if total != counts():  # what Redis holds of the component: its tasks' metadata
+        c = redis_server.client()
+        metas = {k.decode(): c.hgetall(k) for k in c.scan_iter(match=meta_key(ns, "tws", "*"))}
+        held = sorted(k.decode() for k in c.scan_iter())
+        pytest.fail(
+            f"keys {bad}: output rows {seen}, still open {still_open}, meta {metas}, "
+            f"Redis holds {held}"
+        )
