@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from taskstate.spark_plugin import compat
+
 from .jobs import (
     APIS,
     expected_state,
@@ -360,6 +362,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`taskstate example` (orchestrator) or, with --query, one run of the query."""
     p = build_parser()
     ns = p.parse_args(argv)
+    problem = compat.refusal(ns.api) if ns.api in compat.FEATURES else None
+    if problem is not None:  # said before Spark starts
+        p.error(str(problem))
     if ns.query:
         return run_query(ns)
     if ns.batches < 1 or not 0 <= ns.fault_batch < ns.batches:

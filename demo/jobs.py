@@ -33,6 +33,7 @@ from typing import Any
 
 from taskstate.proto.ids import fq_task_id
 from taskstate.sidecar.storage.redis.keys import data_key
+from taskstate.spark_plugin import compat
 from taskstate.testing.worker import held_version, holds_deferred, task_attempt, task_identity
 
 from .faults import maybe_block_fault, maybe_fault, maybe_group_fault, parse_group_faults
@@ -120,14 +121,48 @@ def register_range_source(
     spark.dataSource.register(RangeSource)
 
 
-def register_source(spark: Any) -> None:
-    """Register the events source (event_id, key, value) with a SparkSession."""
+def range_stream(
+    spark: Any,
+    name: str,
+    schema: str,
+    make_row: Callable[[Any], Callable[[int], tuple[Any, ...]]],
+    options: dict[str, int],
+    files: Path,
+) -> Any:
+    """A replayable stream of the rows `make_row(options)(i)`, `per_batch` a micro-batch.
+
+    A Python data source where Spark has them (4.0+). On Spark 3.5 the same rows, written
+    up front into `files` as one JSON file a batch (each a second newer than the last),
+    read one file a batch: a restarted query replays a batch from the same file.
+    """
+    texts = {k: str(v) for k, v in options.items()}
+    if compat.has("data source", spark):
+        register_range_source(spark, name, schema, make_row)
+        return spark.readStream.format(name).options(**texts).load()
+    row, per_batch = make_row(texts), options["per_batch"]
+    columns = [c.split()[0] for c in schema.split(",")]
+    files.mkdir(parents=True, exist_ok=True)
+    for b in range(options["batches"]):
+        path = files / f"batch-{b:06d}.json"
+        if not path.exists():
+            lines = (json.dumps(dict(zip(columns, row(i), strict=True))) for i in
+                     range(b * per_batch, (b + 1) * per_batch))  # fmt: skip
+            tmp = files / f".batch-{b:06d}.tmp"
+            tmp.write_text("\n".join(lines) + "\n")
+            os.utime(tmp, (1_600_000_000 + b, 1_600_000_000 + b))
+            tmp.rename(path)
+    return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(files))
+
+
+def event_stream(spark: Any, per_batch: int, batches: int, keys: int, files: Path) -> Any:
+    """The events (event_id, key, value): `batches` batches of `per_batch` over `keys` keys."""
 
     def make_row(options: Any) -> Callable[[int], tuple[Any, ...]]:
-        keys = int(options["keys"])
-        return lambda i: (i, key_of(i, keys), value_of(i))
+        n = int(options["keys"])
+        return lambda i: (i, key_of(i, n), value_of(i))
 
-    register_range_source(spark, SOURCE_NAME, EVENT_SCHEMA, make_row)
+    options = {"per_batch": per_batch, "batches": batches, "keys": keys}
+    return range_stream(spark, SOURCE_NAME, EVENT_SCHEMA, make_row, options, files)
 
 
 # -- the stateful logic and faults ------------------------------------------------------
@@ -502,13 +537,8 @@ def run_query(args: argparse.Namespace) -> int:
     if args.fault_dir:  # where a test finds the executors' logs (local-cluster)
         with open(Path(args.fault_dir) / "app-ids", "a") as ids:
             ids.write(spark.sparkContext.applicationId + "\n")
-    register_source(spark)
-    events = (
-        spark.readStream.format(SOURCE_NAME)
-        .option("per_batch", str(args.events_per_batch))
-        .option("batches", str(args.batches))
-        .option("keys", str(args.keys))
-        .load()
+    events = event_stream(
+        spark, args.events_per_batch, args.batches, args.keys, Path(f"{args.checkpoint}.events")
     )
     query = build_query(spark, events, opts, args)
     return run_until_committed(spark, query, args.checkpoint, args.batches)

@@ -46,13 +46,14 @@ from .jobs import (
     ROCKSDB,
     JobOptions,
     kill_process_groups,
+    range_stream,
     read_output_files,
-    register_range_source,
     run_until_committed,
 )
 
 COMPONENT = "hashtag-ewma"
 SOURCE_NAME = "taskstate_demo_tweets"
+TWEET_SCHEMA = "tweet_id long, ts double, text string"
 BUCKET_S = 5
 ALPHA = 1 - math.exp(-BUCKET_S / 60)  # a one-minute average, like the 1-min load average
 N_TAGS = 120
@@ -85,14 +86,15 @@ def tweet(i: int, per_batch: int, buckets_per_batch: int) -> tuple[int, float, s
     return i, ts, f"tweet {i}: " + " ".join(dict.fromkeys(tags))
 
 
-def register_source(spark: Any) -> None:
-    """Register the replayable tweet source (tweet_id, ts, text) with a SparkSession."""
+def tweet_stream(spark: Any, per_batch: int, buckets: int, batches: int, files: Path) -> Any:
+    """The replayable tweets (tweet_id, ts, text): `batches` batches of `per_batch`."""
 
     def make_row(options: Any) -> Any:
         per_batch, buckets = int(options["per_batch"]), int(options["buckets_per_batch"])
         return lambda i: tweet(i, per_batch, buckets)
 
-    register_range_source(spark, SOURCE_NAME, "tweet_id long, ts double, text string", make_row)
+    options = {"per_batch": per_batch, "buckets_per_batch": buckets, "batches": batches}
+    return range_stream(spark, SOURCE_NAME, TWEET_SCHEMA, make_row, options, files)
 
 
 # -- the EWMA (pure functions: the same in every run) ------------------------------------------
@@ -318,7 +320,6 @@ def run_query(a: argparse.Namespace) -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    register_source(spark)
     opts = DemoOptions(
         a.namespace,
         a.sidecar,
@@ -330,12 +331,8 @@ def run_query(a: argparse.Namespace) -> int:
         a.expire_after,
         a.partitions,
     )
-    tweets = (
-        spark.readStream.format(SOURCE_NAME)
-        .option("per_batch", str(a.tweets_per_batch))
-        .option("buckets_per_batch", str(a.buckets_per_batch))
-        .option("batches", str(a.batches))
-        .load()
+    tweets = tweet_stream(
+        spark, a.tweets_per_batch, a.buckets_per_batch, a.batches, Path(f"{a.checkpoint}.events")
     )
     tags = tweets.select(
         "tweet_id", "ts", F.explode(F.regexp_extract_all("text", F.lit(r"(#\w+)"), 1)).alias("tag")

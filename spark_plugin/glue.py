@@ -22,6 +22,7 @@ from taskstate.proto.properties import (
     SIDECAR_PROPERTY,
 )
 
+from .compat import has, require
 from .connect import SPECULATION, call_with_batch_id, is_connect
 from .connect import configure as configure_connect
 
@@ -62,10 +63,12 @@ def configure(
     if sidecar is not None:
         grpc_target(sidecar)
     if is_connect(spark):
+        require("Spark Connect", spark)
         configure_connect(spark, namespace, sidecar, check)
     else:
         _configure_classic(spark, namespace, sidecar)
-    register_data_source(spark, namespace=namespace, sidecar=sidecar)  # both kinds alike
+    if has("data source", spark):  # both kinds alike
+        register_data_source(spark, namespace=namespace, sidecar=sidecar)
 
 
 def _configure_classic(spark: Any, namespace: str, sidecar: str | None) -> None:
@@ -85,6 +88,7 @@ def register_data_source(spark: Any, **defaults: str | None) -> None:
 
     `defaults`: options its reads and writes need not give (namespace, sidecar).
     """
+    require("data source", spark)
     from .datasource import TaskStateDataSource  # needs pyspark, as `spark` does
 
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")

@@ -18,10 +18,17 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from pyspark import TaskContext
-from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle
-
 from taskstate.client import TaskState
+
+from .compat import require
+
+require("transformWithStateInPandas")  # Spark 3.5 has no StatefulProcessor
+
+from pyspark import TaskContext  # noqa: E402
+from pyspark.sql.streaming.stateful_processor import (  # noqa: E402
+    StatefulProcessor,
+    StatefulProcessorHandle,
+)
 
 
 class TaskStateProcessor(StatefulProcessor):

@@ -12,6 +12,10 @@ for the component. docs/spark-apis.md, "State as data", has the options and guar
 Needs pyspark and pyarrow (the `[spark]` extra).
 """
 
-from .source import TaskStateDataSource
+from ..compat import require
+
+require("data source")  # Python data sources are Spark 4.0+
+
+from .source import TaskStateDataSource  # noqa: E402
 
 __all__ = ["TaskStateDataSource"]

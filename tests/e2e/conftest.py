@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,6 +49,31 @@ def _add_java_options(options: str) -> None:
 
 
 _add_java_options(JVM_OPTIONS)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Skip a test whose Spark feature (marker spark_feature) the installed pyspark lacks,
+    before its fixtures start anything: test_spark_versions.py checks that feature's
+    refusal there instead."""
+    from taskstate.spark_plugin import compat
+
+    for item in items:
+        for mark in item.iter_markers("spark_feature"):
+            (feature,) = mark.args
+            if not compat.has(feature):
+                f = compat.FEATURES[feature]
+                needs = f"{f.since[0]}.{f.since[1]}"
+                reason = (f"Spark {compat.running()} has no {f.title} (needs {needs}); "
+                          "test_spark_versions.py checks its refusal")  # fmt: skip
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def api_params(apis: tuple[str, ...]) -> list[Any]:
+    """The APIs as parameters, each that needs a newer Spark marked with its feature."""
+    from taskstate.spark_plugin.compat import FEATURES
+
+    return [pytest.param(a, marks=pytest.mark.spark_feature(a)) if a in FEATURES else a
+            for a in apis]  # fmt: skip
 
 
 def _require(what: str, hint: str) -> None:
@@ -108,8 +134,18 @@ def wheel(spark_ready: None, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def plugin_jar(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
-    """The executor plugin jar the wheel carries: every plugin test loads it in Spark."""
+def plugin_jar(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The executor plugin jar the wheel carries: every plugin test loads it in Spark.
+
+    The compatibility tier (bin/test --spark) sets TASKSTATE_TEST_PLUGIN_JAR to the jar
+    compiled against the pinned pyspark, as a release wheel carries it: one jar for every
+    line.
+    """
+    given = os.environ.get("TASKSTATE_TEST_PLUGIN_JAR")
+    if given:
+        assert Path(given).is_file(), f"TASKSTATE_TEST_PLUGIN_JAR={given}: no such jar"
+        return given
+    wheel: Path = request.getfixturevalue("wheel")
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
         assert JAR_IN_WHEEL in names, f"the wheel carries no plugin jar: {names}"
@@ -122,10 +158,8 @@ def plugin_jar(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> str:
 def spark(spark_ready: None) -> Iterator[Any]:
     """One in-process SparkSession for the e2e modules that run queries in this process:
     `local[2,4]` (task retries), `spark.python.worker.reuse=false` (a fresh worker for
-    every Python runner), the RocksDB state store, the replayable range source."""
+    every Python runner), the RocksDB state store."""
     from pyspark.sql import SparkSession
-
-    from taskstate.demo.jobs import register_source
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers need this venv
@@ -142,7 +176,6 @@ def spark(spark_ready: None) -> Iterator[Any]:
         .getOrCreate()
     )
     s.sparkContext.setLogLevel("ERROR")
-    register_source(s)
     yield s
     s.stop()
 
@@ -159,15 +192,9 @@ def stored_state(redis: RedisServer, namespace: str, component: str) -> dict[str
 def event_stream(spark: Any, per_batch: int, batches: int, keys: int) -> Any:
     """The replayable event source (demo/jobs.py): `batches` batches of `per_batch`
     events over `keys` keys (key_of)."""
-    from taskstate.demo.jobs import SOURCE_NAME
+    from taskstate.demo.jobs import event_stream as events
 
-    return (
-        spark.readStream.format(SOURCE_NAME)
-        .option("per_batch", str(per_batch))
-        .option("batches", str(batches))
-        .option("keys", str(keys))
-        .load()
-    )
+    return events(spark, per_batch, batches, keys, Path(tempfile.mkdtemp(prefix="events-")))
 
 
 def to_json_files(df: Any, tmp: Path) -> Any:

@@ -40,6 +40,7 @@ def _demo(args: list[str]) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.compat
 def test_demo_summary_and_chart(
     spark_ready: None, tmp_path: Path, redis_server: RedisServer
 ) -> None:

@@ -141,6 +141,7 @@ def test_foreach_batch_with_two_jobs_over_the_state_counts_once(
     assert stored_state(redis_server, ns, "totals") == counts()
 
 
+@pytest.mark.spark_feature("transformWithStateInPandas")
 def test_transform_with_state_timers_through_task_state_processor(
     spark: Any, redis_server: RedisServer, sidecar: SidecarProcess, tmp_path: Path
 ) -> None:

@@ -19,7 +19,12 @@ import pytest
 from taskstate.sidecar.spark_hash import partition_of
 from taskstate.testing import SidecarProcess
 
-pytestmark = pytest.mark.e2e
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.compat,
+    pytest.mark.spark_feature("Spark Connect"),
+    pytest.mark.spark_feature("data source"),
+]
 
 JOB = Path(__file__).resolve().parents[1] / "jobs" / "connect_data_source.py"
 

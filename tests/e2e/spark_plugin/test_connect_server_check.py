@@ -25,7 +25,7 @@ from taskstate.testing import RedisServer, SidecarProcess
 
 from ..connect_server import ConnectServer
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.spark_feature("Spark Connect")]
 
 JOB = Path(__file__).resolve().parents[1] / "jobs" / "connect_check.py"
 

@@ -31,7 +31,9 @@ from taskstate.demo.jobs import expected_state, read_output, read_state, state_f
 from taskstate.sidecar.storage.redis.keys import meta_key, namespace_pattern
 from taskstate.testing import RedisServer, SidecarProcess
 
-pytestmark = pytest.mark.e2e
+from ..conftest import api_params
+
+pytestmark = [pytest.mark.e2e, pytest.mark.spark_feature("Spark Connect")]
 
 JOB = Path(__file__).resolve().parents[1] / "jobs" / "connect_job.py"
 APIS = (
@@ -119,7 +121,7 @@ def _run(url: str, sidecar: str, run_dir: Path, api: str, faults: bool) -> Clien
     return c
 
 
-@pytest.fixture(scope="module", params=APIS)
+@pytest.fixture(scope="module", params=api_params(APIS))
 def runs(
     request: pytest.FixtureRequest,
     connect_server: str,

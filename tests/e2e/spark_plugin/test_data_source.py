@@ -37,7 +37,7 @@ from taskstate.testing import RedisServer, SidecarProcess
 from ..conftest import event_stream, to_json_files
 from .test_state_lost_restart import until
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.spark_feature("data source")]
 
 PER_BATCH, KEYS, PARTS = 80, 40, 3
 JOB = Path(__file__).parent.parent / "jobs" / "seed_writer.py"
@@ -112,6 +112,7 @@ def metric(side: SidecarProcess, name: str) -> float:
     return side.metrics().get(name, 0.0)
 
 
+@pytest.mark.compat
 def test_the_state_as_a_dataframe_equals_what_the_input_gives(
     spark: Any, metered: SidecarProcess, tmp_path: Path
 ) -> None:
@@ -229,6 +230,7 @@ def test_reads_while_the_query_commits_are_one_version_per_task(
         query.stop()
 
 
+@pytest.mark.compat
 def test_a_seed_starts_a_query_and_a_seed_at_a_batch_continues_one(
     spark: Any, redis_server: RedisServer, metered: SidecarProcess, tmp_path: Path
 ) -> None:

@@ -42,7 +42,9 @@ from taskstate.proto.versions import Version
 from taskstate.sidecar.storage.redis.keys import meta_key
 from taskstate.testing import RedisServer, SidecarProcess
 
-pytestmark = pytest.mark.e2e
+from ..conftest import api_params
+
+pytestmark = [pytest.mark.e2e, pytest.mark.compat]
 
 # 400 keys: every task holds state from its first batch on, so a task that moves to
 # another Python worker must get it there (tasks move: see test_tasks_moved_...)
@@ -58,7 +60,7 @@ SCENARIOS = (  # name, state, faults (worker+restart: the worker in batch 1, the
 DICT_TWIN_API = "mapInPandas"
 
 
-@pytest.fixture(scope="module", params=APIS)
+@pytest.fixture(scope="module", params=api_params(APIS))
 def runs(
     request: pytest.FixtureRequest,
     spark_ready: None,

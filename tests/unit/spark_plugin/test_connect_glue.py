@@ -46,7 +46,8 @@ class FakeRegistration:
 class FakeConnectSession:
     """Looks like pyspark.sql.connect.session.SparkSession: no sparkContext at all."""
 
-    def __init__(self, **conf: str) -> None:
+    def __init__(self, version: str = "4.3.0", **conf: str) -> None:
+        self.version = version
         self.conf = FakeConf({"spark.app.id": "local-1795618924827", **conf})
         self.dataSource = FakeRegistration()
 

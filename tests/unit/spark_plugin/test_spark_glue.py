@@ -47,7 +47,8 @@ class FakeRegistration:
 
 
 class FakeSpark:
-    def __init__(self, **conf: str) -> None:
+    def __init__(self, version: str = "4.3.0", **conf: str) -> None:
+        self.version = version
         self.sparkContext = FakeSparkContext(conf)
         self.conf = FakeConf()
         self.dataSource = FakeRegistration()

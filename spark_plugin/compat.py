@@ -1,0 +1,104 @@
+"""What each supported Spark line has, in one place.
+
+taskstate runs on Spark 3.5 (Scala 2.12) and 4.0 to 4.3 (Scala 2.13). A feature that needs
+a newer Spark than the one running is refused where it is called, with a `SparkVersionError`
+naming both versions and what to use instead. docs/spark-apis.md ("Spark versions") shows
+this table; a test checks that the two agree.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from taskstate.client import ConfigError
+
+OLDEST = (3, 5)  # the oldest line tested; pyproject.toml declares the same
+
+
+class SparkVersionError(ConfigError):
+    """A taskstate feature that the running Spark version does not have."""
+
+
+@dataclass(frozen=True)
+class Feature:
+    """A feature taskstate refuses before `since`, and what to use there instead."""
+
+    title: str
+    since: tuple[int, int]
+    instead: str
+
+
+FEATURES: dict[str, Feature] = {
+    "data source": Feature(
+        "the `taskstate` data source (Python data sources)",
+        (4, 0),
+        "read state with `taskstate export` or AdminClient.read, and seed it with "
+        "`taskstate import`",
+    ),
+    "transformWithStateInPandas": Feature(
+        "transformWithStateInPandas with TaskStateProcessor",
+        (4, 0),
+        "applyInPandasWithState with TaskState (docs/spark-apis.md)",
+    ),
+    "transformWithState": Feature(
+        "transformWithState (rows) with TaskStateProcessor",
+        (4, 1),
+        "transformWithStateInPandas (Spark 4.0) or applyInPandasWithState",
+    ),
+    "Spark Connect": Feature(
+        "configure() on a Spark Connect session",
+        (4, 0),
+        "a classic session (SparkSession.builder without .remote)",
+    ),
+    "checkpoint repartition": Feature(
+        "Spark's checkpointManager.repartition before `taskstate rescale`",
+        (4, 2),
+        "`taskstate rescale` alone, for queries whose only state is in taskstate",
+    ),
+}
+
+
+def parse(version: str) -> tuple[int, int]:
+    """(major, minor) of a Spark version string such as '3.5.9' or '4.1.0.dev1'."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if m is None:
+        raise ValueError(f"not a Spark version: {version!r}")
+    return int(m[1]), int(m[2])
+
+
+def running(spark: Any = None) -> str:
+    """The running Spark's version.
+
+    The session's when there is one (a Connect server may differ from its client), else
+    the installed pyspark's.
+    """
+    if spark is not None:
+        return str(spark.version)
+    import pyspark
+
+    return str(pyspark.__version__)
+
+
+def has(feature: str, spark: Any = None) -> bool:
+    """Whether the running Spark has `feature` (a key of FEATURES)."""
+    return parse(running(spark)) >= FEATURES[feature].since
+
+
+def refusal(feature: str, spark: Any = None) -> SparkVersionError | None:
+    """The error that refuses `feature` on the running Spark, or None where it has it."""
+    if has(feature, spark):
+        return None
+    f = FEATURES[feature]
+    return SparkVersionError(
+        f"{f.title} needs Spark {f.since[0]}.{f.since[1]} or newer; this is Spark "
+        f"{running(spark)}. Use {f.instead}."
+    )
+
+
+def require(feature: str, spark: Any = None) -> None:
+    """Refuse `feature` when the running Spark is older than the version it needs."""
+    problem = refusal(feature, spark)
+    if problem is not None:
+        raise problem
