@@ -131,12 +131,13 @@ def range_stream(
 ) -> Any:
     """A replayable stream of the rows `make_row(options)(i)`, `per_batch` a micro-batch.
 
-    A Python data source where Spark has them (4.0+). On Spark 3.5 the same rows, written
-    up front into `files` as one JSON file a batch (each a second newer than the last),
-    read one file a batch: a restarted query replays a batch from the same file.
+    A Python data source where Spark tells it where a batch starts (4.2+). Before that
+    (and on Spark 3.5, which has no Python data sources), the same rows, written up front
+    into `files` as one JSON file a batch (each a second newer than the last), read one
+    file a batch: a restarted query replays a batch from the same file.
     """
     texts = {k: str(v) for k, v in options.items()}
-    if compat.has("data source", spark):
+    if compat.at_least(compat.STREAM_READER_START, spark):
         register_range_source(spark, name, schema, make_row)
         return spark.readStream.format(name).options(**texts).load()
     row, per_batch = make_row(texts), options["per_batch"]

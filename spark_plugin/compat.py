@@ -37,6 +37,11 @@ FEATURES: dict[str, Feature] = {
         "read state with `taskstate export` or AdminClient.read, and seed it with "
         "`taskstate import`",
     ),
+    "filter pushdown": Feature(
+        "the `taskstate` data source's filter pushdown (partition and key filters)",
+        (4, 1),
+        "reads without pushdown (configure() registers the source so on Spark 4.0)",
+    ),
     "transformWithStateInPandas": Feature(
         "transformWithStateInPandas with TaskStateProcessor",
         (4, 0),
@@ -58,6 +63,12 @@ FEATURES: dict[str, Feature] = {
         "`taskstate rescale` alone, for queries whose only state is in taskstate",
     ),
 }
+
+
+# A difference taskstate's own code absorbs (no user feature): a Python streaming source's
+# latestOffset(start, limit) is told where the batch starts from Spark 4.2 on; before, a
+# latestOffset() is told nothing (demo/jobs.py reads files there instead).
+STREAM_READER_START = (4, 2)
 
 
 def parse(version: str) -> tuple[int, int]:
@@ -83,7 +94,12 @@ def running(spark: Any = None) -> str:
 
 def has(feature: str, spark: Any = None) -> bool:
     """Whether the running Spark has `feature` (a key of FEATURES)."""
-    return parse(running(spark)) >= FEATURES[feature].since
+    return at_least(FEATURES[feature].since, spark)
+
+
+def at_least(version: tuple[int, int], spark: Any = None) -> bool:
+    """Whether the running Spark is `version` (major, minor) or newer."""
+    return parse(running(spark)) >= version
 
 
 def refusal(feature: str, spark: Any = None) -> SparkVersionError | None:

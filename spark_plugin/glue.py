@@ -84,15 +84,17 @@ def _configure_classic(spark: Any, namespace: str, sidecar: str | None) -> None:
 
 
 def register_data_source(spark: Any, **defaults: str | None) -> None:
-    """Register the `taskstate` data source, with the filter pushdown its reads use.
+    """Register the `taskstate` data source, with filter pushdown where Spark has it (4.1+).
 
     `defaults`: options its reads and writes need not give (namespace, sidecar).
     """
     require("data source", spark)
     from .datasource import TaskStateDataSource  # needs pyspark, as `spark` does
 
-    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-    spark.dataSource.register(TaskStateDataSource.with_defaults(pushdown=True, **defaults))
+    pushdown = has("filter pushdown", spark)
+    if pushdown:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    spark.dataSource.register(TaskStateDataSource.with_defaults(pushdown=pushdown, **defaults))
 
 
 def with_batch_id(fn: Callable[[Any, int], T]) -> Callable[[Any, int], T]:

@@ -23,17 +23,7 @@ from typing import IO
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import (
-    DataSourceReader,
-    EqualTo,
-    Filter,
-    GreaterThan,
-    GreaterThanOrEqual,
-    In,
-    InputPartition,
-    LessThan,
-    LessThanOrEqual,
-)
+from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from taskstate.client import (
     ConfigError,
@@ -154,35 +144,6 @@ class Reader(DataSourceReader):
                     "le": partition <= bound}[op]:  # fmt: skip
                 return False
         return True
-
-
-class PushdownReader(Reader):
-    """A Reader to which Spark pushes `partition` filters and `key = / IN` filters.
-
-    Needs spark.sql.python.filterPushdown.enabled=true (configure() sets it).
-    """
-
-    def pushFilters(self, filters: list[Filter]) -> Iterator[Filter]:  # noqa: N802 - Spark's
-        """Take the filters on `partition` and on `key` equality; Spark keeps the rest."""
-        for f in filters:
-            column = f.attribute if hasattr(f, "attribute") else ()
-            if column == ("partition",) and isinstance(f, EqualTo | In):
-                values = {int(v) for v in (f.value if isinstance(f, In) else [f.value])}
-                self.only_partitions = values if self.only_partitions is None else (
-                    self.only_partitions & values)  # fmt: skip
-            elif column == ("partition",) and isinstance(
-                f, GreaterThan | GreaterThanOrEqual | LessThan | LessThanOrEqual
-            ):
-                op = {GreaterThan: "gt", GreaterThanOrEqual: "ge", LessThan: "lt",
-                      LessThanOrEqual: "le"}[type(f)]  # fmt: skip
-                self.partition_bounds.append((op, int(f.value)))
-            elif column == ("key",) and isinstance(f, EqualTo | In):
-                keys = tuple(str(v) for v in (f.value if isinstance(f, In) else [f.value]))
-                if self.only_keys is not None:
-                    keys = tuple(k for k in keys if k in self.only_keys)
-                self.only_keys = tuple(dict.fromkeys(keys))
-            else:
-                yield f
 
 
 class ChangesReader(Reader):

@@ -8,7 +8,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceWrite
 from pyspark.sql.types import StructType
 
 from .options import FORMAT, Options
-from .read import READ_SCHEMA, ChangesReader, PushdownReader, Reader
+from .read import READ_SCHEMA, ChangesReader, Reader
 from .write import SeedWriter
 
 
@@ -44,7 +44,11 @@ class TaskStateDataSource(DataSource):
         options = self._options(writing=False)
         if options.changes_since_batch is not None:
             return ChangesReader(options)
-        return PushdownReader(options) if self.pushdown else Reader(options)
+        if not self.pushdown:
+            return Reader(options)
+        from .pushdown import PushdownReader  # Spark 4.1+: filter pushdown
+
+        return PushdownReader(options)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         """A writer of the component's state: begun here, on the driver."""

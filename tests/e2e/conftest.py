@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,7 +65,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             if not compat.has(feature):
                 f = compat.FEATURES[feature]
                 needs = f"{f.since[0]}.{f.since[1]}"
-                reason = (f"Spark {compat.running()} has no {f.title} (needs {needs}); "
+                reason = (f"{f.title}: needs Spark {needs}, this is {compat.running()}; "
                           "test_spark_versions.py checks its refusal")  # fmt: skip
                 item.add_marker(pytest.mark.skip(reason=reason))
 
@@ -194,7 +196,15 @@ def event_stream(spark: Any, per_batch: int, batches: int, keys: int) -> Any:
     events over `keys` keys (key_of)."""
     from taskstate.demo.jobs import event_stream as events
 
-    return events(spark, per_batch, batches, keys, Path(tempfile.mkdtemp(prefix="events-")))
+    # where Spark reads them from files (before 4.2), one folder a test and events: a query
+    # the test restarts from its checkpoint finds the files it read, and any more batches
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
+    files = _EVENTS / re.sub(r"\W+", "_", test) / f"{per_batch}-{keys}"
+    return events(spark, per_batch, batches, keys, files)
+
+
+_EVENTS = Path(tempfile.mkdtemp(prefix="taskstate-events-"))
+atexit.register(shutil.rmtree, _EVENTS, True)
 
 
 def to_json_files(df: Any, tmp: Path) -> Any:

@@ -48,6 +48,13 @@ def events(spark: Any) -> Any:
 
 
 def run(query: Any, checkpoint: Path, last_batch: int = BATCHES - 1) -> None:
+    """Run the query through its last batch of events and any batch Spark runs after it
+    without new data (timers that the last watermark expires), then stop it.
+
+    Stopped at the last batch of events instead, a query may be in such a batch: its
+    tasks have committed their TaskState, its output has not (a restart would replay it,
+    rolling the state back), and the output would miss what the state no longer holds.
+    """
     done = checkpoint / "commits" / str(last_batch)
     deadline = time.monotonic() + 300
     try:
@@ -55,6 +62,9 @@ def run(query: Any, checkpoint: Path, last_batch: int = BATCHES - 1) -> None:
             assert query.exception() is None, query.exception()
             assert time.monotonic() < deadline, "the query did not finish"
             time.sleep(0.2)
+        query.processAllAvailable()  # the source is dry: returns once Spark has nothing to run
+        planned = max(int(p.name) for p in (checkpoint / "offsets").iterdir() if p.name.isdigit())
+        assert (checkpoint / "commits" / str(planned)).exists(), f"batch {planned} in flight"
     finally:
         query.stop()
 
@@ -204,8 +214,11 @@ def test_transform_with_state_timers_through_task_state_processor(
     for r in out:
         closed[r.key] += r.closed
     still_open = stored_state(redis_server, ns, "tws")
-    # every event counted exactly once: in a closed session or in one still open
+    # every event counted exactly once: in a closed session or in one still open (the
+    # batch Spark runs after the last events, for the timers their watermark expires,
+    # closes every session)
     assert sum(closed.values()) > 0, "no timer fired"
+    assert max(r.batch for r in out) == BATCHES, "no batch ran for the last timers"
     total = {k: closed.get(k, 0) + still_open.get(k, 0) for k in counts()}
     bad = sorted(k for k, n in counts().items() if total[k] != n)
     seen = sorted((r.key, r.batch, r.n, r.closed, r.pid) for r in out if r.key in bad)

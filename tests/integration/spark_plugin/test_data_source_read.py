@@ -19,7 +19,8 @@ from taskstate.client import LocalContext, TaskState
 from taskstate.client.admin import AdminClient
 from taskstate.spark_plugin.datasource.connect import client_for
 from taskstate.spark_plugin.datasource.options import Options
-from taskstate.spark_plugin.datasource.read import PushdownReader, TaskPartition
+from taskstate.spark_plugin.datasource.pushdown import PushdownReader
+from taskstate.spark_plugin.datasource.read import TaskPartition
 from taskstate.testing import SidecarProcess
 
 pytestmark = pytest.mark.integration

@@ -21,6 +21,12 @@ from .test_connect_glue import FakeConnectSession
 from .test_spark_glue import FakeSpark
 
 
+def spark_lines(root: Path) -> list[str]:
+    """The tested versions in requirements/spark-lines (as bin/test reads them)."""
+    text = (root / "requirements/spark-lines").read_text().splitlines()
+    return [line.split()[0] for line in text if line.strip() and not line.startswith("#")]
+
+
 @pytest.mark.parametrize("feature", sorted(FEATURES))
 def test_each_refusal_names_the_running_version_the_one_needed_and_what_instead(
     feature: str,
@@ -70,7 +76,7 @@ def test_the_docs_table_says_what_compat_refuses_for_each_tested_line() -> None:
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()
             if line.startswith("|") and not line.startswith("|---")]  # fmt: skip
     header, body = rows[0][1:], {r[0]: r[1:] for r in rows[1:]}
-    lines = (root / "requirements/spark-lines").read_text().split()
+    lines = spark_lines(root)
     assert header == [".".join(v.split(".")[:2]) for v in lines]
     assert compat.parse(lines[0]) == compat.OLDEST
     for f in FEATURES.values():
@@ -84,7 +90,7 @@ def test_pyproject_declares_exactly_the_tested_lines() -> None:
     root = Path(__file__).resolve().parents[3]
     deps = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     spark = [d for d in deps["optional-dependencies"]["spark"] if d.startswith("pyspark")]
-    lines = [compat.parse(v) for v in (root / "requirements/spark-lines").read_text().split()]
+    lines = [compat.parse(v) for v in spark_lines(root)]
     (old, new) = lines[0], lines[-1]
     assert old == compat.OLDEST and lines == sorted(lines)
     assert spark == [f"pyspark>={old[0]}.{old[1]},<{new[0]}.{new[1] + 1}"]
