@@ -21,6 +21,7 @@ query or, with the executor's pid in a marker file, the executor JVM.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import signal
@@ -146,13 +147,20 @@ def range_stream(
     for b in range(options["batches"]):
         path = files / f"batch-{b:06d}.json"
         if not path.exists():
-            lines = (json.dumps(dict(zip(columns, row(i), strict=True))) for i in
-                     range(b * per_batch, (b + 1) * per_batch))  # fmt: skip
+            lines = (json.dumps(dict(zip(columns, row(i), strict=True)), default=_json_time)
+                     for i in range(b * per_batch, (b + 1) * per_batch))  # fmt: skip
             tmp = files / f".batch-{b:06d}.tmp"
             tmp.write_text("\n".join(lines) + "\n")
             os.utime(tmp, (1_600_000_000 + b, 1_600_000_000 + b))
             tmp.rename(path)
     return spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(files))
+
+
+def _json_time(value: Any) -> str:
+    """A timestamp as Spark's JSON reader takes it by default (ISO 8601, milliseconds)."""
+    if isinstance(value, dt.datetime):
+        return value.isoformat(timespec="milliseconds")
+    raise TypeError(f"not JSON: {value!r}")
 
 
 def event_stream(spark: Any, per_batch: int, batches: int, keys: int, files: Path) -> Any:

@@ -125,7 +125,7 @@ def main(argv: list[str]) -> int:
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.state import GroupStateTimeout
 
-    from taskstate.demo.jobs import register_range_source, run_until_committed
+    from taskstate.demo.jobs import range_stream, run_until_committed
 
     spark = (
         SparkSession.builder.master(a.master)
@@ -146,15 +146,11 @@ def main(argv: list[str]) -> int:
         per, words, batches = int(options["per_batch"]), int(options["words"]), a.batches
         return lambda i: event(i, per, words, batches)
 
-    register_range_source(spark, SOURCE, "event_id long, word string, ts timestamp", make_row)
-    events = (
-        spark.readStream.format(SOURCE)
-        .option("per_batch", str(a.per_batch))
-        .option("batches", str(a.batches))
-        .option("words", str(a.words))
-        .load()
-        .withWatermark("ts", "0 seconds")
-    )
+    options = {"per_batch": a.per_batch, "batches": a.batches, "words": a.words}
+    schema = "event_id long, word string, ts timestamp"
+    files = Path(f"{a.checkpoint}.events")  # where Spark reads them from files (before 4.2)
+    events = range_stream(spark, SOURCE, schema, make_row, options, files)
+    events = events.withWatermark("ts", "0 seconds")
     state_schema = "start long, last long, count long" if a.state == "groupstate" else "m boolean"
     query = (
         events.groupBy("word")

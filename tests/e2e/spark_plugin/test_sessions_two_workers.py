@@ -156,6 +156,7 @@ def test_every_attempt_split_over_two_workers_keeps_its_commits(runs: Runs) -> N
     assert moved("taskstate_replay_rollbacks_total") == 0  # no fault: nothing replayed
 
 
+@pytest.mark.compat  # applyInPandasWithState with event-time timeouts
 def test_python_worker_killed_mid_batch(runs: Runs) -> None:
     runs.run("worker-killed", "taskstate", fault="worker")
     assert (runs.workdir / "worker-killed" / "faults" / "struck").exists()
@@ -163,6 +164,7 @@ def test_python_worker_killed_mid_batch(runs: Runs) -> None:
     assert runs.attempts_in_two_processes("worker-killed") >= 5
 
 
+@pytest.mark.compat  # applyInPandasWithState with event-time timeouts
 def test_driver_killed_and_restarted_mid_batch(runs: Runs) -> None:
     runs.run("driver-restarted", "taskstate", fault="pause")
     check_equals_reference(runs, "driver-restarted")
