@@ -135,7 +135,8 @@ def range_stream(
     A Python data source where Spark tells it where a batch starts (4.2+). Before that
     (and on Spark 3.5, which has no Python data sources), the same rows, written up front
     into `files` as one JSON file a batch (each a second newer than the last), read one
-    file a batch: a restarted query replays a batch from the same file.
+    file a batch: a restarted query replays a batch from the same file. Rows must depend
+    on `options` only, and not on `batches`, which a restart may raise.
     """
     texts = {k: str(v) for k, v in options.items()}
     if compat.at_least(compat.STREAM_READER_START, spark):
@@ -144,6 +145,13 @@ def range_stream(
     row, per_batch = make_row(texts), options["per_batch"]
     columns = [c.split()[0] for c in schema.split(",")]
     files.mkdir(parents=True, exist_ok=True)
+    # a restart may ask for more batches; any other option makes other rows
+    made = {k: v for k, v in options.items() if k != "batches"}
+    manifest = files / "_options.json"  # Spark's file source skips names starting with _
+    if manifest.exists() and json.loads(manifest.read_text()) != made:
+        raise ValueError(f"{files} holds rows made with {manifest.read_text()}, not {made}: "
+                         "start the query with a new checkpoint")  # fmt: skip
+    manifest.write_text(json.dumps(made))
     for b in range(options["batches"]):
         path = files / f"batch-{b:06d}.json"
         if not path.exists():

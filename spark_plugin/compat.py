@@ -29,6 +29,11 @@ class Feature:
     since: tuple[int, int]
     instead: str
 
+    @property
+    def needs(self) -> str:
+        """The version it needs, as 'major.minor'."""
+        return f"{self.since[0]}.{self.since[1]}"
+
 
 FEATURES: dict[str, Feature] = {
     "data source": Feature(
@@ -40,7 +45,8 @@ FEATURES: dict[str, Feature] = {
     "filter pushdown": Feature(
         "the `taskstate` data source's filter pushdown (partition and key filters)",
         (4, 1),
-        "reads without pushdown (configure() registers the source so on Spark 4.0)",
+        "the source without pushdown, which Spark filters after the read (configure() "
+        "registers it so on Spark 4.0)",
     ),
     "transformWithStateInPandas": Feature(
         "transformWithStateInPandas with TaskStateProcessor",
@@ -108,9 +114,28 @@ def refusal(feature: str, spark: Any = None) -> SparkVersionError | None:
         return None
     f = FEATURES[feature]
     return SparkVersionError(
-        f"{f.title} needs Spark {f.since[0]}.{f.since[1]} or newer; this is Spark "
-        f"{running(spark)}. Use {f.instead}."
+        f"{f.title} needs Spark {f.needs} or newer; this is Spark {running(spark)}. "
+        f"Use {f.instead}."
     )
+
+
+def pin_problem(spark: Any = None) -> str | None:
+    """What this Python's packages lack for the running Spark line, or None.
+
+    pyspark 3.5's applyInPandasWithState passes float offsets to pyarrow's
+    RecordBatch.slice, which pyarrow 26 refuses.
+    """
+    if at_least((4, 0), spark):
+        return None
+    import pyarrow
+
+    if parse(pyarrow.__version__) >= (26, 0):
+        return (
+            f"pyarrow {pyarrow.__version__} with Spark {running(spark)}: its "
+            "applyInPandasWithState fails (\"'numpy.float64' object cannot be interpreted as "
+            "an integer\"); install 'pyarrow<26' where the driver and the executors run"
+        )
+    return None
 
 
 def require(feature: str, spark: Any = None) -> None:

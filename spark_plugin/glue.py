@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
@@ -22,7 +23,7 @@ from taskstate.proto.properties import (
     SIDECAR_PROPERTY,
 )
 
-from .compat import has, require
+from .compat import has, pin_problem, require
 from .connect import SPECULATION, call_with_batch_id, is_connect
 from .connect import configure as configure_connect
 
@@ -67,6 +68,9 @@ def configure(
         configure_connect(spark, namespace, sidecar, check)
     else:
         _configure_classic(spark, namespace, sidecar)
+    problem = pin_problem(spark)
+    if problem:  # a warning: jobs that use no applyInPandasWithState run as they are
+        warnings.warn(problem, RuntimeWarning, stacklevel=2)
     if has("data source", spark):  # both kinds alike
         register_data_source(spark, namespace=namespace, sidecar=sidecar)
 

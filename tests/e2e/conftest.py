@@ -62,11 +62,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         for mark in item.iter_markers("spark_feature"):
             (feature,) = mark.args
-            if not compat.has(feature):
-                f = compat.FEATURES[feature]
-                needs = f"{f.since[0]}.{f.since[1]}"
-                reason = (f"{f.title}: needs Spark {needs}, this is {compat.running()}; "
-                          "test_spark_versions.py checks its refusal")  # fmt: skip
+            problem = compat.refusal(feature)
+            if problem is not None:
+                reason = f"{problem} (test_spark_versions.py checks the refusal)"
                 item.add_marker(pytest.mark.skip(reason=reason))
 
 

@@ -143,10 +143,11 @@ def main(argv: list[str]) -> int:
         configure(spark, namespace=a.namespace, sidecar=a.sidecar)
 
     def make_row(options: Any) -> Callable[[int], tuple[Any, ...]]:
-        per, words, batches = int(options["per_batch"]), int(options["words"]), a.batches
-        return lambda i: event(i, per, words, batches)
+        per, words, end = int(options["per_batch"]), int(options["words"]), int(options["end"])
+        return lambda i: event(i, per, words, end)
 
-    options = {"per_batch": a.per_batch, "batches": a.batches, "words": a.words}
+    # `end`: the batch count the rows are made for (its last batch closes every session)
+    options = {"per_batch": a.per_batch, "batches": a.batches, "words": a.words, "end": a.batches}
     schema = "event_id long, word string, ts timestamp"
     files = Path(f"{a.checkpoint}.events")  # where Spark reads them from files (before 4.2)
     events = range_stream(spark, SOURCE, schema, make_row, options, files)

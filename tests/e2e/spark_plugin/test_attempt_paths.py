@@ -218,7 +218,7 @@ def test_transform_with_state_timers_through_task_state_processor(
     # batch Spark runs after the last events, for the timers their watermark expires,
     # closes every session)
     assert sum(closed.values()) > 0, "no timer fired"
-    assert max(r.batch for r in out) == BATCHES, "no batch ran for the last timers"
+    assert max(r.batch for r in out) >= BATCHES, "no batch ran for the last timers"
     total = {k: closed.get(k, 0) + still_open.get(k, 0) for k in counts()}
     bad = sorted(k for k, n in counts().items() if total[k] != n)
     seen = sorted((r.key, r.batch, r.n, r.closed, r.pid) for r in out if r.key in bad)

@@ -165,6 +165,9 @@ def test_the_state_as_a_dataframe_equals_what_the_input_gives(
     if pushdown:
         assert metric(metered, keyed) - before[keyed] == 2  # found keys only, one read per task
         assert metric(metered, whole) - before[whole] == len(one)  # no whole task was read
+    else:  # both reads took every task whole
+        assert metric(metered, keyed) - before[keyed] == 0
+        assert metric(metered, whole) - before[whole] == 2 * len(expected(0, 3))
 
     # registered by hand, without configure(): read without pushdown (Spark refuses a
     # reader that pushes filters while its conf is off), the same rows

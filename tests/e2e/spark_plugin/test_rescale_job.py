@@ -161,6 +161,7 @@ def start_grouped(spark: Any, sidecar: str, n: int, batches: int, tmp: Path) -> 
     return to_json_files(df, tmp)
 
 
+@pytest.mark.spark_feature("checkpoint repartition")
 def test_a_stateful_operator_moves_with_sparks_checkpoint_repartition_then_taskstate_rescale(
     spark: Any, redis_server: RedisServer, sidecar: SidecarProcess, tmp_path: Path
 ) -> None:

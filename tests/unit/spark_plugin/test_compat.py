@@ -2,7 +2,7 @@
 
 The sessions are fakes that report a version (test_spark_glue, test_connect_glue); the
 refusals of the installed pyspark itself run in every venv of the compatibility tier
-(tests/e2e/compat).
+(tests/e2e/spark_plugin/test_spark_versions.py).
 """
 
 from __future__ import annotations
@@ -41,7 +41,12 @@ def test_each_refusal_names_the_running_version_the_one_needed_and_what_instead(
     compat.require(feature, FakeSpark(version=f"{f.since[0]}.{f.since[1]}.0"))  # no refusal
 
 
-def test_configure_on_a_classic_35_session_sets_the_properties_and_no_data_source() -> None:
+def test_configure_on_a_classic_35_session_sets_the_properties_and_no_data_source(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pyarrow
+
+    monkeypatch.setattr(pyarrow, "__version__", "25.0.0")  # the 3.5 line's pin: no warning
     spark = FakeSpark(version="3.5.9")
     configure(spark, namespace="my-job")
     assert spark.sparkContext.props["taskstate.namespace"] == "my-job"
@@ -94,3 +99,17 @@ def test_pyproject_declares_exactly_the_tested_lines() -> None:
     (old, new) = lines[0], lines[-1]
     assert old == compat.OLDEST and lines == sorted(lines)
     assert spark == [f"pyspark>={old[0]}.{old[1]},<{new[0]}.{new[1] + 1}"]
+
+
+def test_configure_on_35_warns_of_a_pyarrow_its_applyinpandaswithstate_cannot_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import pyarrow
+
+    monkeypatch.setattr(pyarrow, "__version__", "26.0.1")
+    with pytest.warns(RuntimeWarning, match=r"pyarrow 26\.0\.1 with Spark 3\.5\.9.*'pyarrow<26'"):
+        configure(FakeSpark(version="3.5.9"), namespace="my-job")
+    monkeypatch.setattr(pyarrow, "__version__", "25.0.0")
+    assert compat.pin_problem(FakeSpark(version="3.5.9")) is None
+    monkeypatch.setattr(pyarrow, "__version__", "26.0.1")
+    assert compat.pin_problem(FakeSpark(version="4.0.5")) is None  # 4.x casts its offsets
