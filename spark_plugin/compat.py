@@ -14,8 +14,6 @@ from typing import Any
 
 from taskstate.client import ConfigError
 
-OLDEST = (3, 5)  # the oldest line tested; pyproject.toml declares the same
-
 
 class SparkVersionError(ConfigError):
     """A taskstate feature that the running Spark version does not have."""

@@ -83,7 +83,6 @@ def test_the_docs_table_says_what_compat_refuses_for_each_tested_line() -> None:
     header, body = rows[0][1:], {r[0]: r[1:] for r in rows[1:]}
     lines = spark_lines(root)
     assert header == [".".join(v.split(".")[:2]) for v in lines]
-    assert compat.parse(lines[0]) == compat.OLDEST
     for f in FEATURES.values():
         want = ["yes" if compat.parse(v) >= f.since else "" for v in header]
         got = ["yes" if c == "yes" else "" for c in body[f.title]]
@@ -97,7 +96,7 @@ def test_pyproject_declares_exactly_the_tested_lines() -> None:
     spark = [d for d in deps["optional-dependencies"]["spark"] if d.startswith("pyspark")]
     lines = [compat.parse(v) for v in spark_lines(root)]
     (old, new) = lines[0], lines[-1]
-    assert old == compat.OLDEST and lines == sorted(lines)
+    assert lines == sorted(lines)
     assert spark == [f"pyspark>={old[0]}.{old[1]},<{new[0]}.{new[1] + 1}"]
 
 
