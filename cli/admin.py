@@ -38,6 +38,7 @@ from taskstate.client import (
     SidecarUnavailableError,
     TaskStateError,
 )
+from taskstate.client.address import ENV_SIDECAR
 from taskstate.client.admin import AdminClient
 from taskstate.proto import ids
 
@@ -49,7 +50,7 @@ from .private import PrivateSidecarError, private_sidecar
 from .rescale import add_arguments as rescale_arguments
 from .rescale import cmd_rescale
 from .state import cmd_adopt, cmd_drop, cmd_ls, cmd_show, cmd_sweep
-from .target import ENV_SIDECAR, choose_sidecar, unreachable_hint
+from .target import choose_sidecar, unreachable_hint
 from .transfer import cmd_export, cmd_import
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, AdminClient, IO[str]], int]] = {

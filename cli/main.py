@@ -39,6 +39,7 @@ ADMIN_COMMANDS = (
     "doctor",
     "health",
 )
+COMMANDS = ("sidecar", "demo", "example", "spark-package", *ADMIN_COMMANDS)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -65,7 +66,7 @@ def dispatch(args: list[str]) -> int:
     )
     parser.add_argument(
         "command",
-        choices=["sidecar", "demo", "example", "spark-package", *ADMIN_COMMANDS],
+        choices=COMMANDS,
     )
     if not args or args[0] in ("-h", "--help"):
         parser.print_help()

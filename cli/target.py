@@ -14,11 +14,10 @@ import os
 import sys
 
 from taskstate.client import DEFAULT_SIDECAR
+from taskstate.client.address import ENV_SIDECAR
 from taskstate.client.admin import plugin_sidecars
 
 from .common import UsageError
-
-ENV_SIDECAR = "TASKSTATE_SIDECAR"
 
 
 def choose_sidecar(command: str, given: str | None, *, discover: bool = True) -> str | None:

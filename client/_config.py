@@ -29,16 +29,19 @@ from taskstate.proto.properties import (
 
 from ._errors import ConfigError
 from ._security import SidecarSecurity
-from .address import DEFAULT_SIDECAR, ENV_SIDECAR, grpc_target, plugin_sidecar
+from ._settings import (
+    CACHE_BYTES,
+    CACHE_TASKS,
+    LOAD,
+    MAX_MESSAGE_BYTES,
+    NAMESPACE,
+    RETRY_DEADLINE,
+    SIDECAR,
+    TIMEOUT,
+    Setting,
+)
+from .address import DEFAULT_SIDECAR, grpc_target, plugin_sidecar
 
-ENV_NAMESPACE = "TASKSTATE_NAMESPACE"
-ENV_TIMEOUT = "TASKSTATE_TIMEOUT"
-ENV_RETRY_DEADLINE = "TASKSTATE_RETRY_DEADLINE"
-ENV_MAX_MESSAGE = "TASKSTATE_MAX_MESSAGE_BYTES"
-ENV_CACHE_TASKS = "TASKSTATE_CACHE_TASKS"
-ENV_CACHE_BYTES = "TASKSTATE_CACHE_BYTES"
-DEFAULT_CACHE_BYTES = 256 << 20
-ENV_LOAD = "TASKSTATE_LOAD"
 LOADS = ("on-demand", "eager")
 MODES = ("mirror", "remote")
 CODECS = ("json",)
@@ -48,10 +51,10 @@ CODECS = ("json",)
 DurabilitySpec = Durability
 
 
-def _float_env(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
+def _float_env(env: Mapping[str, str], setting: Setting[float]) -> float:
+    name, raw = setting.env, env.get(setting.env)
     if raw is None or raw == "":
-        return default
+        return setting.default
     try:
         value = float(raw)
     except ValueError:
@@ -61,10 +64,10 @@ def _float_env(env: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
-def _int_env(env: Mapping[str, str], name: str, default: int, *, minimum: int) -> int:
-    raw = env.get(name)
+def _int_env(env: Mapping[str, str], setting: Setting[int], *, minimum: int) -> int:
+    name, raw = setting.env, env.get(setting.env)
     if raw is None or raw == "":
-        return default
+        return setting.default
     try:
         value = int(raw)
     except ValueError:
@@ -84,12 +87,12 @@ class TaskStateConfig:
     mode: str = "mirror"
     durability: Durability = Durability()
     codec: str = "json"
-    timeout_s: float = 30.0
-    retry_deadline_s: float = 30.0
-    max_message_bytes: int = 64 << 20
-    cache_tasks: int = 16
-    cache_bytes: int = DEFAULT_CACHE_BYTES
-    load: str = "on-demand"
+    timeout_s: float = TIMEOUT.default
+    retry_deadline_s: float = RETRY_DEADLINE.default
+    max_message_bytes: int = MAX_MESSAGE_BYTES.default
+    cache_tasks: int = CACHE_TASKS.default
+    cache_bytes: int = CACHE_BYTES.default
+    load: str = LOAD.default
     security: SidecarSecurity = SidecarSecurity()
     partitions: int | None = None  # how many partitions the component is split into
 
@@ -120,14 +123,14 @@ class TaskStateConfig:
         env = os.environ if env is None else env
         ns = (
             namespace
-            or env.get(ENV_NAMESPACE)
+            or env.get(NAMESPACE.env)
             or local_property(NAMESPACE_PROPERTY)
             or local_property(NAMESPACE_CONF)
         )
         if not ns:
             raise ConfigError(
                 f"no namespace for component {component!r}: pass namespace=... or set "
-                f"{ENV_NAMESPACE} (the job's stable name across restarts, never the Spark "
+                f"{NAMESPACE.env} (the job's stable name across restarts, never the Spark "
                 "application id), or call taskstate.spark_plugin.configure(spark, namespace=...)"
             )
         for kind, value in (("namespace", ns), ("component", component)):
@@ -138,16 +141,16 @@ class TaskStateConfig:
             raise ConfigError(f"mode {mode!r} is not one of {', '.join(MODES)}")
         if codec not in CODECS:
             raise ConfigError(f"codec {codec!r} is not one of {', '.join(CODECS)}")
-        target = sidecar or env.get(ENV_SIDECAR) or local_property(SIDECAR_PROPERTY)
+        target = sidecar or env.get(SIDECAR.env) or local_property(SIDECAR_PROPERTY)
         target = target or local_property(SIDECAR_CONF) or plugin_sidecar(env) or DEFAULT_SIDECAR
         grpc_target(target)
-        max_message = _int_env(env, ENV_MAX_MESSAGE, 64 << 20, minimum=1 << 16)
-        cache_tasks = _int_env(env, ENV_CACHE_TASKS, 16, minimum=0)
-        cache_bytes = _int_env(env, ENV_CACHE_BYTES, DEFAULT_CACHE_BYTES, minimum=0)
-        load = env.get(ENV_LOAD) or LOADS[0]
+        max_message = _int_env(env, MAX_MESSAGE_BYTES, minimum=1 << 16)
+        cache_tasks = _int_env(env, CACHE_TASKS, minimum=0)
+        cache_bytes = _int_env(env, CACHE_BYTES, minimum=0)
+        load = env.get(LOAD.env) or LOAD.default
         if load not in LOADS:
             raise ConfigError(
-                f"{ENV_LOAD}={load!r} is not one of {', '.join(LOADS)} (task {ns}/{component})"
+                f"{LOAD.env}={load!r} is not one of {', '.join(LOADS)} (task {ns}/{component})"
             )
         return cls(
             namespace=ns,
@@ -156,8 +159,8 @@ class TaskStateConfig:
             mode=mode,
             durability=_durability(durability, f"{ns}/{component}"),
             codec=codec,
-            timeout_s=_float_env(env, ENV_TIMEOUT, 30.0),
-            retry_deadline_s=_float_env(env, ENV_RETRY_DEADLINE, 30.0),
+            timeout_s=_float_env(env, TIMEOUT),
+            retry_deadline_s=_float_env(env, RETRY_DEADLINE),
             max_message_bytes=max_message,
             cache_tasks=cache_tasks,
             cache_bytes=cache_bytes,

@@ -23,19 +23,36 @@ class TaskStateError(Exception):
 
 
 class ConfigError(TaskStateError, ValueError):
-    """A bad argument or setting (task id, mode, durability, codec, sidecar address)."""
+    """A bad argument or setting; raised before anything is sent or stored.
+
+    A bad component, namespace, mode, durability, codec or sidecar address; no namespace;
+    no task context; a task of a streaming query without a micro-batch id (a Spark Connect
+    foreachBatch function not wrapped with `with_batch_id`); a feature the running Spark
+    lacks (`SparkVersionError`).
+    """
 
     code = codes.CONFIG
 
 
 class InvalidRequestError(TaskStateError, ValueError):
-    """The sidecar refused a request as malformed."""
+    """A malformed request, refused by the sidecar or, before sending, by the client.
+
+    An id, batch or epoch out of range, an empty encoded value, a client and sidecar that
+    disagree on the wire format; a data-source write whose `value` is not JSON text or
+    whose `key` is null.
+    """
 
     code = codes.INVALID_ARGUMENT
 
 
 class CodecError(TaskStateError, ValueError):
-    """A key or value the codec cannot encode, or stored bytes it cannot decode."""
+    """A key or value the codec cannot encode, or stored bytes it cannot decode.
+
+    A key that is not `str`, or a value JSON cannot hold (NaN, infinity, an object) is
+    refused at the assignment, before anything is sent. Stored bytes that are not JSON
+    are refused by the read of that key (by the restore, for code of schema version 2 and
+    later, which upgrades what it restores).
+    """
 
     code = codes.CODEC
 
@@ -47,33 +64,46 @@ class LimitError(TaskStateError, ValueError):
 
 
 class FencedError(TaskStateError):
-    """A newer attempt claimed the task; this attempt's commit was not written."""
+    """A newer attempt claimed the task; this attempt's commit was not written.
+
+    The normal end of a zombie attempt (Spark retried the task elsewhere): the newer
+    attempt owns the state. A few after an executor loss are expected.
+    """
 
     code = codes.FENCED
 
 
 class StateAheadError(TaskStateError):
-    """The stored state is at a later batch than the one Spark runs (checkpoint reset)."""
+    """The stored state is at a later batch than the one Spark runs; nothing changed.
+
+    The query's checkpoint was reset or replaced while its taskstate namespace was kept.
+    """
 
     code = codes.STATE_AHEAD
 
 
 class DurabilityError(TaskStateError):
-    """The requested durability is impossible, or was not reached in time."""
+    """The requested durability is impossible, or was not reached in time.
+
+    For example `durability="replicated:2"` against a Redis with fewer replicas; the
+    commit may have been applied on the primary.
+    """
 
     code = codes.DURABILITY
 
 
 class CorruptStateError(TaskStateError):
-    """Stored data that taskstate did not write."""
+    """Stored metadata that taskstate did not write; nothing changed."""
 
     code = codes.CORRUPT_STATE
 
 
 class StateLostError(TaskStateError):
-    """Redis lost state that taskstate wrote; the task refuses to start over silently.
+    """Redis lost part or all of a task's state; the task refuses to start over silently.
 
-    Evicted, deleted, flushed, a restart without persistence, a failover.
+    Evicted, deleted, flushed, a restart without persistence, a failover to a replica that
+    missed commits. Nothing is changed. A streaming query that adds taskstate past its
+    batch 0 gets it too, until `taskstate adopt NAMESPACE`.
     """
 
     code = codes.STATE_LOST
@@ -82,59 +112,74 @@ class StateLostError(TaskStateError):
 class PartitionCountError(TaskStateError):
     """A component run under another partition count than its state's; nothing changed.
 
-    Also while `taskstate rescale` moves the component's keys.
+    Also a partition outside the count, or a run while `taskstate rescale` moves the
+    component's keys. Stop the query and run `taskstate rescale NS/COMPONENT --to N`.
     """
 
     code = codes.PARTITIONS
 
 
 class SidecarUnavailableError(TaskStateError, ConnectionError):
-    """The sidecar could not be reached within the deadline."""
+    """The sidecar did not answer within the retry deadline (`TASKSTATE_RETRY_DEADLINE`)."""
 
     code = codes.SIDECAR_UNAVAILABLE
 
 
 class StorageUnavailableError(TaskStateError, ConnectionError):
-    """The sidecar is up but Redis did not answer within its deadline."""
+    """The sidecar is up but Redis is not, or Redis lost the attempt's claim.
+
+    Redis did not answer within the sidecar's deadline, or a failover lost the attempt's
+    claim (its epoch is behind the attempt's): a new attempt opens again.
+    """
 
     code = codes.STORAGE_UNAVAILABLE
 
 
 class NotFoundError(TaskStateError, LookupError):
-    """The task has no stored state (operator commands)."""
+    """The task has no stored state (operator commands: `taskstate show`, AdminClient)."""
 
     code = codes.NOT_FOUND
 
 
 class AlreadyExistsError(TaskStateError):
-    """An import onto a task that has state (drop it first, or replace it)."""
+    """`taskstate import` onto a task that has state: drop it first, or pass `--replace`."""
 
     code = codes.ALREADY_EXISTS
 
 
 class StateChangedError(TaskStateError):
-    """The state changed while it was read without a claim; read it again."""
+    """A read without a claim kept meeting commits mid-read; read again.
+
+    `taskstate show`, `taskstate export` and `AdminClient.read` read without a claim.
+    """
 
     code = codes.CHANGED
 
 
 class PermissionDeniedError(TaskStateError, PermissionError):
-    """The sidecar's tokens do not let this caller touch that namespace."""
+    """The caller's token does not grant the task's namespace.
+
+    Only where the sidecar runs with `--tokens-file` (see the security how-to).
+    """
 
     code = codes.PERMISSION_DENIED
 
 
 class UnauthenticatedError(PermissionDeniedError):
-    """The sidecar requires a token and the call had none it knows."""
+    """The sidecar requires a token and the call carried none it knows.
+
+    Set `TASKSTATE_TOKEN_FILE` or `TASKSTATE_TOKEN` where the tasks run. A
+    `PermissionDeniedError`.
+    """
 
     code = codes.UNAUTHENTICATED
 
 
 class SchemaVersionError(TaskStateError, ValueError):
-    """A stored value of a schema version this code cannot read.
+    """A stored value of a schema version this code cannot read; nothing was written.
 
-    Newer than its `version`, or older with no upgrade step for it
-    (TaskState(version=N, upgrade={...})).
+    Newer than the block's `version=`, or older with no `upgrade` step to it
+    (`TaskState(..., version=N, upgrade={...})`).
     """
 
     code = codes.SCHEMA_VERSION

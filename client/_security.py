@@ -23,13 +23,7 @@ from typing import Any
 import grpc
 
 from ._errors import ConfigError
-
-ENV_TLS_CA = "TASKSTATE_SIDECAR_TLS_CA"
-ENV_TLS_CERT = "TASKSTATE_SIDECAR_TLS_CERT"
-ENV_TLS_KEY = "TASKSTATE_SIDECAR_TLS_KEY"
-ENV_TLS_SERVER_NAME = "TASKSTATE_SIDECAR_TLS_SERVER_NAME"
-ENV_TOKEN = "TASKSTATE_TOKEN"  # noqa: S105 - the variable's name, not a token
-ENV_TOKEN_FILE = "TASKSTATE_TOKEN_FILE"  # noqa: S105
+from ._settings import TLS_CA, TLS_CERT, TLS_KEY, TLS_SERVER_NAME, TOKEN, TOKEN_FILE
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,26 +43,26 @@ class SidecarSecurity:
         """Read the settings above (a token file wins over the token variable)."""
         env = os.environ if env is None else env
         token = None
-        path = token_file or env.get(ENV_TOKEN_FILE)
+        path = token_file or env.get(TOKEN_FILE.env)
         if path:
             try:
                 token = Path(path).read_text().strip()
             except OSError as exc:
                 raise ConfigError(
-                    f"{ENV_TOKEN_FILE}={path}: cannot read the token: {exc}"
+                    f"{TOKEN_FILE.env}={path}: cannot read the token: {exc}"
                 ) from None
             if not token:
-                raise ConfigError(f"{ENV_TOKEN_FILE}={path}: the file is empty")
-        elif env.get(ENV_TOKEN):
-            token = env[ENV_TOKEN].strip()
-        cert, key = env.get(ENV_TLS_CERT) or None, env.get(ENV_TLS_KEY) or None
+                raise ConfigError(f"{TOKEN_FILE.env}={path}: the file is empty")
+        elif env.get(TOKEN.env):
+            token = env[TOKEN.env].strip()
+        cert, key = env.get(TLS_CERT.env) or None, env.get(TLS_KEY.env) or None
         if bool(cert) != bool(key):
-            raise ConfigError(f"{ENV_TLS_CERT} and {ENV_TLS_KEY} go together (mutual TLS)")
+            raise ConfigError(f"{TLS_CERT.env} and {TLS_KEY.env} go together (mutual TLS)")
         return cls(
-            tls_ca=env.get(ENV_TLS_CA) or None,
+            tls_ca=env.get(TLS_CA.env) or None,
             tls_cert=cert,
             tls_key=key,
-            server_name=env.get(ENV_TLS_SERVER_NAME) or None,
+            server_name=env.get(TLS_SERVER_NAME.env) or None,
             token=token,
         )
 
@@ -82,14 +76,14 @@ class SidecarSecurity:
         if self.tls:
             if target.startswith("unix:"):
                 raise ConfigError(
-                    f"{ENV_TLS_CA} is set but the sidecar is a Unix socket ({target}): TLS is "
+                    f"{TLS_CA.env} is set but the sidecar is a Unix socket ({target}): TLS is "
                     "for TCP listeners; unset it or dial the sidecar's TCP address."
                 )
             try:
                 creds = grpc.ssl_channel_credentials(
-                    root_certificates=_read(self.tls_ca, ENV_TLS_CA),
-                    private_key=_read(self.tls_key, ENV_TLS_KEY),
-                    certificate_chain=_read(self.tls_cert, ENV_TLS_CERT),
+                    root_certificates=_read(self.tls_ca, TLS_CA.env),
+                    private_key=_read(self.tls_key, TLS_KEY.env),
+                    certificate_chain=_read(self.tls_cert, TLS_CERT.env),
                 )
             except OSError as exc:
                 raise ConfigError(f"cannot read a TLS file for the sidecar: {exc}") from None

@@ -23,11 +23,10 @@ from taskstate.proto import taskstate_pb2_grpc as pb_grpc
 
 from ._frames import FrameLane, FrameStatusError, LaneDownError, LaneUnreachableError
 from ._security import SidecarSecurity
+from ._settings import FRAME_LANE
 
 _PLAIN = SidecarSecurity()
 _STATUS = {s.value[0]: s for s in grpc.StatusCode}
-# "off": every call over gRPC, even where the sidecar serves the frame lane
-ENV_FRAME_LANE = "TASKSTATE_FRAME_LANE"
 
 
 class CallFailed(Exception):  # noqa: N818 - a call's end, not an error of the caller's
@@ -184,7 +183,7 @@ def new_wire(target: str, max_message_bytes: int, security: SidecarSecurity) -> 
     """The wire to the sidecar at gRPC `target`: the lane where it may serve one."""
     wire = GrpcWire(target, max_message_bytes, security)
     lane = target.startswith("unix:") and not security.tls
-    if lane and os.environ.get(ENV_FRAME_LANE, "on") != "off":
+    if lane and os.environ.get(FRAME_LANE.env, FRAME_LANE.default) != "off":
         path = frames.lane_path(target[len("unix:") :])
         return LaneWire(FrameLane(path, security.token), wire, max_message_bytes)
     return wire

@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from taskstate.proto import frames
 
 from ._errors import ConfigError
+from ._settings import RUN_DIR, SIDECAR
 
-DEFAULT_SIDECAR = "unix:///tmp/taskstate-run/sidecar.sock"
-ENV_SIDECAR = "TASKSTATE_SIDECAR"
-ENV_RUN_DIR = "TASKSTATE_RUN_DIR"
-DEFAULT_RUN_DIR = "/tmp/taskstate-run"  # noqa: S108 - the plugin's socket rendezvous
+DEFAULT_SIDECAR = SIDECAR.default
+ENV_SIDECAR = SIDECAR.env
+ENV_RUN_DIR = RUN_DIR.env
+DEFAULT_RUN_DIR = RUN_DIR.default
 # the plugin's flush barrier listens on RUN_DIR/jvm-<pid>.barrier.sock, beside the sidecar's
 # RUN_DIR/jvm-<pid>.sock: never a sidecar
 BARRIER_SUFFIX = ".barrier.sock"

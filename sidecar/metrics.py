@@ -25,8 +25,11 @@ _LATENCY = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 
 
 REQUESTS = Counter(
     "taskstate_requests",
-    "Requests answered (gRPC or the frame lane), by method and outcome code ('ok' or a "
-    "taskstate error code).",
+    "Requests answered (gRPC or the frame lane), by method and outcome code: 'ok', a "
+    "taskstate error code (FENCED, STATE_AHEAD, DURABILITY, STORAGE_UNAVAILABLE, ...), or "
+    "CANCELLED for a stream its reader left before its end. A Read is counted by what it "
+    "reads: Restore (a task attempt's state, or its changes since a version), Get (a task "
+    "attempt's keys), Read (claim-free).",
     ["method", "code"],
     registry=REGISTRY,
 )
@@ -42,28 +45,34 @@ class InFlight(Collector):
     """
 
     name = "taskstate_requests_in_flight"
-    documentation = "Requests being served now (gRPC or the frame lane), by method."
+    documentation = (
+        "Requests being served now (gRPC or the frame lane), by method; for Attach, the "
+        "Python workers attached for deferred group commits (a long-lived stream each)."
+    )
+    labels = ("method",)
 
     def __init__(self) -> None:
         self.counts: dict[str, int] = {}
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """The gauge, a sample per method served since the start."""
-        gauge = GaugeMetricFamily(self.name, self.documentation, labels=["method"])
+        gauge = GaugeMetricFamily(self.name, self.documentation, labels=self.labels)
         for method, n in sorted(dict(self.counts).items()):
             gauge.add_metric([method], n)
         yield gauge
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         """What `collect` yields (its name, for the registry's check of duplicates)."""
-        yield GaugeMetricFamily(self.name, self.documentation, labels=["method"])
+        yield GaugeMetricFamily(self.name, self.documentation, labels=self.labels)
 
 
 IN_FLIGHT = InFlight()
 REGISTRY.register(IN_FLIGHT)
 FRAME_CONNECTIONS = Gauge(
     "taskstate_frame_lane_connections",
-    "Client connections open on the frame lane (a task's calls without gRPC).",
+    "Client connections open on the frame lane (a task's calls without gRPC): one per "
+    "Python worker process and thread that made a task call, one per data source read or "
+    "export under way; 0 while every client speaks gRPC.",
     registry=REGISTRY,
 )
 COMMITS = Counter(
@@ -119,7 +128,9 @@ RESTORES = Counter(
     "taskstate_restores",
     "Restores answered, by kind: 'delta' (only what changed since the version the worker "
     "held, from the change log), 'full' (the whole state) or 'not_covered' (a worker reading "
-    "on demand asked for a delta the change log no longer covers, and got nothing).",
+    "on demand asked for a delta the change log no longer covers, and got nothing). "
+    "Mostly 'full' or 'not_covered' in a steady job: tasks wait longer between visits to a "
+    "worker than the change log keeps.",
     ["kind"],
     registry=REGISTRY,
 )
@@ -196,7 +207,8 @@ REDIS_RETRIES = Counter(
 )
 REDIS_ERRORS = Counter(
     "taskstate_redis_errors",
-    "Redis errors seen (retried or not), by operation and error class.",
+    "Redis errors seen (retried or not), by operation and error class. A script's refusal "
+    "(a fenced commit, a state ahead) is not one: taskstate_requests counts those by code.",
     ["op", "error"],
     registry=REGISTRY,
 )
