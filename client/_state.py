@@ -61,7 +61,7 @@ class TaskState(MutableMapping[str, Any]):
             (fixed by the batch's first block). None: processing time.
         version, upgrade: the schema version the code writes (1, 2, ...), and {v: f}: f
             turns a value of version v into one of v + 1 (read: upgraded; newer:
-            SchemaVersionError). docs/spark-apis.md, "Keys that expire, values that change".
+            SchemaVersionError). docs/concepts/expiry-and-versions.md.
         open_at: `enter` (refusals such as FencedError are raised there) or `exit`: a
             block that only writes Opens with its Commit, in one call, at its exit (once
             this process has opened the task); anything but `s[k] = v` and reading back

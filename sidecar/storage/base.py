@@ -1,7 +1,7 @@
 """The storage behind the sidecar: two small protocols, for two audiences, and a backend.
 
 `TaskStore` is what a Spark task's calls need, and every backend implements the commit
-protocol of docs/architecture.md exactly:
+protocol of docs/concepts/commit-protocol.md exactly:
 
 - `open` claims the task for a task attempt (fencing epoch + 1), rolls back a replayed
   batch (the state's last written batch equals the opening batch) and refuses a state
