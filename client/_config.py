@@ -236,7 +236,7 @@ def _partitions(value: int | None, where: str) -> int | None:
         raise ConfigError(
             f"task {where}: partitions={value!r}: pass how many partitions the job splits "
             "this component into: N as in repartition(N, key), or for a stateful operator the "
-            "count its checkpoint runs with (docs/spark-apis.md)"
+            "count its checkpoint runs with (docs/concepts/identity.md)"
         )
     return value
 

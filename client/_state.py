@@ -29,43 +29,54 @@ from ._session import OpenInfo, Session
 class TaskState(MutableMapping[str, Any]):
     """A Spark task's state: a MutableMapping of JSON values that survives crashes.
 
-    Example::
+    Enter = Open + Restore; exit without an exception = Commit of what changed; exit with
+    an exception = nothing committed, the in-memory changes discarded, the exception
+    re-raised. A nested value changed in place (`s["k"]["n"] += 1`) is detected and
+    committed. Values are what JSON holds: dict, list, str, int, float, bool, None.
 
+    Example:
+        ```python
         with TaskState(TaskContext.get(), component="hashtag-ewma") as s:
             s["#spark"] = {"rate": 1.7, "last": 12}
-
-    Enter = Open + Restore; exit without exception = Commit of what changed; exit with
-    an exception = nothing committed, in-memory changes discarded, exception re-raised.
-    A nested value changed in place (``s["k"]["n"] += 1``) is detected and committed.
+        ```
 
     Args:
-        ctx: the task context; defaults to `pyspark.TaskContext.get()`. Outside Spark,
+        ctx: The task context; defaults to `pyspark.TaskContext.get()`. Outside Spark,
             pass `LocalContext(partition_id, batch_id)`.
-        component: the operator's stable name (Storm's componentId).
-        namespace: the job's stable name; else `TASKSTATE_NAMESPACE`; else the value set
+        component: The operator's stable name (Storm's componentId).
+        namespace: The job's stable name; else `TASKSTATE_NAMESPACE`; else the value set
             by `taskstate.spark_plugin.configure`; else ConfigError.
-        sidecar: `unix:///PATH` or `tcp://HOST:PORT`; else `TASKSTATE_SIDECAR`; else
-            `unix:///tmp/taskstate-run/sidecar.sock`.
-        mode: `mirror` (state in task memory, double-written) or `remote` (reads go
-            through the sidecar).
-        durability: `applied`, `replicated:N`, `fsynced` or `replicated:N,fsynced`.
+        sidecar: `unix:///PATH` or `tcp://HOST:PORT`; else `TASKSTATE_SIDECAR`; else the
+            executor plugin's sidecar; else `unix:///tmp/taskstate-run/sidecar.sock`.
+        mode: `mirror` (state in task memory, double-written) or `remote` (nothing kept in
+            task memory: reads go through the sidecar).
+        durability: `applied`, `replicated:N`, `fsynced` or `replicated:N,fsynced`: how
+            far a commit must have travelled before it is acknowledged.
         codec: `json`.
-        partitions: how many partitions the job splits this component's keys into: N
-            as in `repartition(N, key)`; in a stateful operator, the count its checkpoint
+        partitions: How many partitions the job splits this component's keys into: N as
+            in `repartition(N, key)`; in a stateful operator, the count its checkpoint
             runs with. Recorded with the state: a job run later under another count is
             refused with PartitionCountError instead of opening state that holds other
             keys (`taskstate rescale` moves them). None: not declared.
-        ttl: seconds to live of every key the block writes (restarting at each write;
+        ttl: Seconds to live of every key the block writes (restarting at each write;
             `s.set(key, value, ttl=...)` for one key). None: never expire.
-        now: the batch's event time (epoch ms, aware datetime): keys expire in event time
-            (fixed by the batch's first block). None: processing time.
-        version, upgrade: the schema version the code writes (1, 2, ...), and {v: f}: f
-            turns a value of version v into one of v + 1 (read: upgraded; newer:
-            SchemaVersionError). docs/concepts/expiry-and-versions.md.
+        now: The batch's event time (epoch ms, or an aware datetime): keys expire in
+            event time (fixed by the batch's first block). None: processing time.
+        version: The schema version the code writes (1, 2, ...). A stored value of a
+            newer version raises SchemaVersionError.
+        upgrade: `{v: f}`, where `f` turns a value of version `v` into one of `v + 1`;
+            values of older versions are upgraded as they are read.
         open_at: `enter` (refusals such as FencedError are raised there) or `exit`: a
             block that only writes Opens with its Commit, in one call, at its exit (once
             this process has opened the task); anything but `s[k] = v` and reading back
-            what it wrote opens it first. docs/spark-apis.md, "A block that only writes".
+            what it wrote opens it first.
+
+    Raises:
+        ConfigError: A bad argument or setting, or no namespace.
+        FencedError: A newer attempt of the task holds its claim.
+        StateAheadError: The state is at a later batch than the one Spark runs.
+        PartitionCountError: The state was split into another partition count.
+        StateLostError: Redis lost state that taskstate wrote.
 
     Resume contract: `position` is the value passed to the last successful `commit()`
     of the committed state; a resumed task continues *after* that position.

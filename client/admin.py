@@ -102,7 +102,18 @@ def _scope(request: Any) -> str:
 
 
 class AdminClient:
-    """A connection to one sidecar for operators' calls.
+    """A connection to one sidecar for operators' calls (what the `taskstate` CLI uses).
+
+    Reads take no claim: they never disturb a running job. Each method raises the
+    TaskStateError its call met (NotFoundError, StateChangedError, ...).
+
+    Example:
+        ```python
+        with AdminClient("unix:///tmp/taskstate-run/sidecar.sock") as admin:
+            for task in admin.tasks("shop-totals"):
+                print(task)
+            values, version = admin.read("shop-totals/running-totals/3")
+        ```
 
     Args:
         sidecar: `unix:///PATH` or `tcp://HOST:PORT`; else `TASKSTATE_SIDECAR`; else

@@ -5,7 +5,7 @@ has been silent for GAP_MS of event time (an event-time timeout). With the sessi
 TaskState, GroupState keeps only what Spark needs to keep and fire the timer: a one-field
 marker and the timeout. Used by the e2e job that runs the pattern under faults
 (tests/e2e/jobs/sessions.py) and by the benchmark that times it against GroupState
-(benchmarks/figures/sessions.py); docs/spark-apis.md, "With timeouts", shows it.
+(benchmarks/figures/sessions.py); docs/how-to/spark-apis.md, "With timeouts", shows it.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
 rm -rf .typecheck && mkdir -p .typecheck/taskstate
 for d in client sidecar spark_plugin demo proto cli testing; do ln -s "../../$d" ".typecheck/taskstate/$d"; done
-for d in tests benchmarks; do ln -s "../$d" ".typecheck/$d"; done
+for d in tests benchmarks scripts; do ln -s "../$d" ".typecheck/$d"; done
 cd .typecheck
 MYPYPATH=. "../$PY" -m mypy --config-file ../pyproject.toml \
   -p taskstate.client -p taskstate.sidecar -p taskstate.spark_plugin -p taskstate.demo \

@@ -22,7 +22,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="redis://[user:password@]HOST:PORT/DB, rediss://... (TLS), unix:///PATH?db=N, "
         "redis+sentinel://HOST:PORT[,HOST:PORT...]/MASTER[/DB], "
         "redis+cluster://HOST:PORT[,HOST:PORT...] (default: $TASKSTATE_REDIS_URL, which "
-        "keeps a password off the command line). See docs/redis.md",
+        "keeps a password off the command line). See docs/how-to/redis.md",
     )
     p.add_argument(
         "--redis-username",

@@ -2,7 +2,7 @@
 
 taskstate runs on Spark 3.5 (Scala 2.12) and 4.0 to 4.3 (Scala 2.13). A feature that needs
 a newer Spark than the one running is refused where it is called, with a `SparkVersionError`
-naming both versions and what to use instead. docs/spark-apis.md ("Spark versions") shows
+naming both versions and what to use instead. docs/how-to/spark-versions.md shows
 this table; a test checks that the two agree.
 """
 
@@ -49,7 +49,7 @@ FEATURES: dict[str, Feature] = {
     "transformWithStateInPandas": Feature(
         "transformWithStateInPandas with TaskStateProcessor",
         (4, 0),
-        "applyInPandasWithState with TaskState (docs/spark-apis.md)",
+        "applyInPandasWithState with TaskState (docs/how-to/spark-apis.md)",
     ),
     "transformWithState": Feature(
         "transformWithState (rows) with TaskStateProcessor",

@@ -110,6 +110,6 @@ def check_server(spark: Any, namespace: str, sidecar: str | None) -> None:
         raise ConfigError(
             "the Spark Connect server cannot run taskstate's tasks yet:\n- "
             + "\n- ".join(found)
-            + "\n(docs/spark-apis.md, 'Spark Connect'; `taskstate spark-package --connect` "
-            "prints the server's flags)"
+            + "\n(docs/how-to/spark-connect.md; `taskstate spark-package --connect` prints the "
+            "server's flags)"
         )

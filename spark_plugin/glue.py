@@ -56,7 +56,27 @@ def configure(
 
     Both get the `taskstate` data source (`spark.read.format("taskstate")`), registered
     with the namespace and sidecar as its default options, and the filter pushdown of
-    Python data sources (`spark.sql.python.filterPushdown.enabled`) that its reads use.
+    Python data sources (`spark.sql.python.filterPushdown.enabled`) that its reads use
+    (on Spark 4.0 and newer).
+
+    Args:
+        spark: The driver's SparkSession, classic or Spark Connect.
+        namespace: The job's stable name: its state's namespace. Keep it across restarts;
+            never the application id.
+        sidecar: The sidecar tasks use (`unix:///PATH` or `tcp://HOST:PORT`); by default
+            the executor plugin's, else the default socket.
+        check: On a Spark Connect session, run one task on the server to check it.
+
+    Raises:
+        ConfigError: A bad namespace or sidecar, `spark.speculation=true`, or (Connect,
+            with `check`) a server without what taskstate needs.
+        SparkVersionError: A Spark Connect session of Spark older than 4.0.
+
+    Example:
+        ```python
+        spark = SparkSession.builder.getOrCreate()
+        configure(spark, namespace="trending-hashtags")  # before writeStream.start()
+        ```
     """
     problem = ids.name_problem("namespace", namespace)
     if problem:
@@ -113,6 +133,15 @@ def with_batch_id(fn: Callable[[Any, int], T]) -> Callable[[Any, int], T]:
     TaskState block there refuses to open without this wrapper. The wrapper sets the
     SQL conf `spark.taskstate.batchId` on `df.sparkSession`, the session Spark cloned
     for this query, for the duration of the call.
+
+    Example:
+        ```python
+        @with_batch_id
+        def write(df, batch_id):
+            df.foreachPartition(update_partition)  # its TaskState blocks commit batch_id
+
+        query = events.writeStream.foreachBatch(write).start()
+        ```
     """
 
     @functools.wraps(fn)
@@ -146,6 +175,23 @@ def resume(items: Iterable[T], state: TaskState, *, every: int = 1000) -> Iterat
 
     Skipped items produce no output in the retried attempt: keep the results in the
     state (emit them after the loop), as an aggregation does.
+
+    Args:
+        items: The task's input, in a deterministic order.
+        state: The open TaskState of the task (a batch job's: no micro-batch).
+        every: Commit the state and the position after this many items.
+
+    Raises:
+        ConfigError: `every` below 1, or a stored position resume() did not write.
+
+    Example:
+        ```python
+        def work(rows):
+            with TaskState(TaskContext.get(), component="enrich") as s:
+                for row in resume(rows, s, every=500):
+                    s[row.id] = enrich(row)
+            yield from s.items()
+        ```
     """
     if every < 1:
         raise ConfigError(f"every={every}: checkpoint at least every 1 item")

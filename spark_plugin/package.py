@@ -156,7 +156,7 @@ def connect_server_flags(out_dir: Path, redis_url: str, env: Path | None) -> lis
 
 
 def connect_python_notes(out_dir: Path) -> list[str]:
-    """How the Python code reaches a Connect server's workers (docs/spark-apis.md)."""
+    """How the Python code reaches a Connect server's workers (docs/how-to/spark-connect.md)."""
     return [
         "the server's Python (its executors' workers, the plugin's sidecar, and the "
         "Python process that runs foreachBatch functions) must import taskstate: "

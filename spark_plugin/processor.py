@@ -32,7 +32,27 @@ from pyspark.sql.streaming.stateful_processor import (  # noqa: E402
 
 
 class TaskStateProcessor(StatefulProcessor):
-    """Subclass it; set `component` and `partitions` (optionally `namespace`, `mode`)."""
+    """A StatefulProcessor whose `self.state` is the task's TaskState.
+
+    For transformWithStateInPandas (Spark 4.0+) and transformWithState (4.1+). Subclass
+    it and set `component` and `partitions` (optionally `namespace`, `sidecar`, `mode`,
+    `durability`). `init` opens the task's state on each executor; `close` commits what
+    changed. Keep per-key state in `self.state`, keyed by the grouping key's text.
+
+    Example:
+        ```python
+        class Totals(TaskStateProcessor):
+            component = "totals"
+            partitions = 8  # the query's spark.sql.shuffle.partitions
+
+            def handleInputRows(self, key, rows, timerValues):
+                total = self.state.get(key[0], 0)
+                for pdf in rows:
+                    total += int(pdf["value"].sum())
+                self.state[key[0]] = total
+                yield pd.DataFrame({"key": [key[0]], "total": [total]})
+        ```
+    """
 
     component: ClassVar[str]
     namespace: ClassVar[str | None] = None
@@ -40,7 +60,7 @@ class TaskStateProcessor(StatefulProcessor):
     mode: ClassVar[str] = "mirror"
     durability: ClassVar[str] = "applied"
     # the count the query's checkpoint runs with (its spark.sql.shuffle.partitions):
-    # declared, it is recorded with the state and checked (docs/spark-apis.md)
+    # declared, it is recorded with the state and checked (docs/concepts/identity.md)
     partitions: ClassVar[int | None] = None
 
     state: TaskState | Any

@@ -8,7 +8,7 @@
         "totals").option("partitions", 8).mode("overwrite").save()
 
 Reads are consistent per task (one committed version each); writes are all or nothing
-for the component. docs/spark-apis.md, "State as data", has the options and guarantees.
+for the component. docs/reference/data-source.md has the options and guarantees.
 Needs pyspark and pyarrow (the `[spark]` extra).
 """
 

@@ -18,7 +18,7 @@ class TaskStateDataSource(DataSource):
     Read: one row per key, `partition int, key string, value string, batch long` (the
     value's JSON text; `batch` the committed batch of the key's task), plus `deleted
     boolean` with option changesSinceBatch. Write: a DataFrame with columns `key` and
-    `value` (JSON text), mode append or overwrite. docs/spark-apis.md, "State as data".
+    `value` (JSON text), mode append or overwrite. docs/how-to/state-as-data.md.
 
     `configure(spark, namespace=..., sidecar=...)` registers it with those as defaults
     (`defaults`): a read or write then needs only the component. It also turns on the

@@ -1,7 +1,8 @@
-"""An executor's Python with exactly the README's packages runs the sidecar and a client.
+"""An executor's Python with exactly the documented packages runs the sidecar and a client.
 
-A clean venv outside the tree gets only the README's `pip install` line for executors
-(pinned by requirements/constraints.txt, from the pip cache), and taskstate comes from
+A clean venv outside the tree gets only the `pip install` line for executors
+(docs/getting-started/install.md; pinned by requirements/constraints.txt, from the pip
+cache), and taskstate comes from
 the py-files zip `taskstate spark-package` writes, on PYTHONPATH, as the executor plugin
 gives it to the sidecar. In it: `python -m taskstate.sidecar` against a real
 redis-server, and a client round trip through that sidecar.
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from taskstate.testing import RedisServer
-from tests.readme import executor_requirements
+from tests.docs_text import executor_requirements
 
 pytestmark = pytest.mark.e2e
 

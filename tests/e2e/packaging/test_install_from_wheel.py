@@ -1,8 +1,9 @@
 """From a fresh venv to a release wheel to a spark-submit, as a user would.
 
 A new venv in a temporary folder gets pyspark (pinned by requirements/constraints.txt,
-from the pip cache), then runs the README's release build ("Install", the lines marked
-`release-build`) unchanged, in a copy of the checkout's files: setup.py compiles the
+from the pip cache), then runs the release build of docs/getting-started/install.md
+(the lines marked `release-build`) unchanged, in a copy of the checkout's files:
+setup.py compiles the
 plugin jar into the wheel with that venv's pyspark and setuptools. The wheel is then
 installed with its `[spark,demo]` extras (`pip install 'taskstate[spark,demo]'`, pinned).
 Nothing of the checkout is on that venv's path. Then, with its own commands only:
@@ -25,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from taskstate.testing import RedisServer
-from tests.readme import block_after
+from tests.docs_text import block_after
 
 pytestmark = pytest.mark.e2e
 
@@ -99,7 +100,7 @@ def checkout_copy(dest: Path) -> Path:
 
 
 def build_as_documented(env: dict[str, str], source: Path) -> Path:
-    """The README's release build, line for line, in `source`; the wheel it wrote."""
+    """The documented release build, line for line, in `source`; the wheel it wrote."""
     script = block_after("release-build")
     assert "pip wheel . --no-deps --no-build-isolation -w dist/" in script, script
     run(["bash", "-euo", "pipefail", "-c", script], env, timeout=600, cwd=str(source))

@@ -148,7 +148,7 @@ def tls_redis(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unty
     tls = make_tls_material(d / "pki")
     node = RedisNode(d / "redis", tls=tls, password="admin-pw").start()  # noqa: S106
     node.client().execute_command("CONFIG", "SET", "requirepass", "admin-pw")
-    # exactly the user docs/redis.md recommends
+    # exactly the user docs/how-to/redis.md recommends
     node.client().execute_command(
         "ACL", "SETUSER", "tasks", "on", ">s3cr3t-pw", "~ts:*", "resetchannels", "-@all",
         "+@read", "+@write", "+@scripting", "+@connection", "+info", "+config|get", "+wait",

@@ -1,8 +1,8 @@
 """What the executors' Python needs is one list: pyproject.toml's `dependencies`.
 
-The README's `pip install` line for executors is that list, and that list covers every
+The docs' `pip install` line for executors (Install) is that list, and that list covers every
 third-party module the parts an executor runs (client, sidecar, proto, spark_plugin)
-import. tests/e2e/packaging/test_executor_requirements.py installs exactly the README's
+import. tests/e2e/packaging/test_executor_requirements.py installs exactly the docs'
 line in a clean venv and starts the sidecar from the py-files zip.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from tests.readme import README, executor_requirements
+from tests.docs_text import executor_requirements, pages
 
 ROOT = Path(__file__).resolve().parents[3]
 EXECUTOR_PARTS = ("client", "sidecar", "proto", "spark_plugin")
@@ -41,15 +41,16 @@ def pyproject_dependencies() -> list[str]:
     return deps
 
 
-def test_the_readme_lists_exactly_pyproject_dependencies() -> None:
+def test_the_docs_list_exactly_pyproject_dependencies() -> None:
     listed = executor_requirements()
     assert sorted(map(str, map(Requirement, listed))) == sorted(
         map(str, map(Requirement, pyproject_dependencies()))
     )
 
 
-def test_the_readme_parser_sees_a_missing_package() -> None:
-    readme = README.read_text()
+def test_the_docs_parser_sees_a_missing_package() -> None:
+    (page,) = [p for p in pages() if "<!-- executor-requirements:" in p.read_text()]
+    readme = page.read_text()
     assert "'grpcio-reflection>=1.85.1' " in readme
     shorter = readme.replace("'grpcio-reflection>=1.85.1' ", "", 1)
     assert len(executor_requirements(shorter)) == len(executor_requirements(readme)) - 1

@@ -76,7 +76,7 @@ def test_versions_parse_to_major_and_minor(version: str) -> None:
 
 def test_the_docs_table_says_what_compat_refuses_for_each_tested_line() -> None:
     root = Path(__file__).resolve().parents[3]
-    text = (root / "docs/spark-apis.md").read_text()
+    text = (root / "docs/how-to/spark-versions.md").read_text()
     table = text.split("<!-- spark-versions:")[1].split("<!-- /spark-versions -->")[0]
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()
             if line.startswith("|") and not line.startswith("|---")]  # fmt: skip

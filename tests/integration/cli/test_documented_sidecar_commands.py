@@ -1,4 +1,4 @@
-"""The README's sidecar commands start a sidecar as printed (only Redis' address swapped)."""
+"""The commands of docs/how-to/sidecar.md start a sidecar as printed (Redis' address swapped)."""
 
 from __future__ import annotations
 
@@ -14,23 +14,23 @@ from taskstate.testing import RedisServer
 
 pytestmark = pytest.mark.integration
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+SIDECAR_PAGE = Path(__file__).resolve().parents[3] / "docs/how-to/sidecar.md"
 
 
 def sidecar_commands() -> list[list[str]]:
-    section = README.read_text().split("## Running the sidecar", 1)[1]
+    section = SIDECAR_PAGE.read_text().split("# Running the sidecar", 1)[1]
     block = section.split("```bash", 1)[1].split("```", 1)[0]
     return [
         shlex.split(line) for line in block.splitlines() if re.match(r"(python|taskstate)", line)
     ]
 
 
-def test_readme_lists_the_sidecar_commands() -> None:
+def test_the_page_lists_the_sidecar_commands() -> None:
     assert len(sidecar_commands()) == 2
 
 
 @pytest.mark.parametrize("index", [0, 1])
-def test_readme_sidecar_command_starts(
+def test_documented_sidecar_command_starts(
     redis_server: RedisServer, tmp_path: Path, index: int
 ) -> None:
     argv = sidecar_commands()[index]
