@@ -21,7 +21,7 @@ from taskstate.demo.jobs import expected_state, read_output, read_state, state_f
 from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer
 
-from ...readme import block_after
+from ...docs_text import block_after
 
 pytestmark = pytest.mark.e2e
 
