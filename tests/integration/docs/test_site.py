@@ -120,7 +120,7 @@ def test_the_site_builds_strict_with_every_section(site: Path) -> None:
 
 
 def test_a_page_in_a_headless_browser_shows_its_navigation_and_code(
-    served: str, tmp_path: Path
+    site: Path, served: str, tmp_path: Path
 ) -> None:
     url = f"{served}/getting-started/first-job/"
     dom = browse(url, tmp_path, "--dump-dom")
@@ -128,7 +128,9 @@ def test_a_page_in_a_headless_browser_shows_its_navigation_and_code(
     assert 'class="md-nav' in dom
     assert dom.count('class="highlight"') >= 2  # the job and the spark-submit flags
     assert "configure(spark, namespace=<span" in dom or "shop-totals" in dom  # the README's
-    assert "md-clipboard" in dom  # the theme's JavaScript ran: it adds the copy buttons
+    # the theme's JavaScript ran: it adds a copy button to each code block
+    assert dom.count('data-md-type="copy"') >= 2
+    assert 'data-md-type="copy"' not in (site / "getting-started/first-job/index.html").read_text()
     shot = tmp_path / "first-job.png"
     browse(url, tmp_path, f"--screenshot={shot}")
     width, height, rows = png_rows(shot)
