@@ -89,7 +89,7 @@ def errors_table() -> str:
     for code, cls in ERROR_BY_CODE.items():
         doc = (cls.__doc__ or "").strip().split("\n\n")
         when = " ".join(part.strip() for part in doc)
-        anchor = f"../operations/runbooks.md#{code.lower()}"
+        anchor = f"../operations/runbooks.md#{code.lower().replace('_', '-')}"
         rows.append(f"| [`{cls.__name__}`]({anchor}) | `{code}` | {_cell(when)} |")
     return "\n".join(rows)
 

@@ -152,7 +152,7 @@ _LOST_ACTION = (
     "Nothing was changed. Operator action: restore the task from an export "
     "(`taskstate import FILE --replace`), or accept the loss and start it empty "
     "(`taskstate drop {fq} --yes`); then make Redis keep its data (`taskstate doctor`: "
-    'persistence, eviction; docs/operations.md, "State that Redis lost").'
+    "persistence, eviction; docs/operations/runbooks.md#state-lost)."
 )
 
 
@@ -218,7 +218,7 @@ def state_lost_behind(
         "restore the task from an export (`taskstate import FILE --replace`); or accept "
         f"the older state as it is (`taskstate adopt {fq.split('/')[0]}`: the batches it "
         f"lacks are not replayed), or start it empty (`taskstate drop {fq} --yes`); then "
-        'commit with durability replicated:N (docs/operations.md, "State that Redis lost").',
+        "commit with durability replicated:N (docs/operations/runbooks.md#state-lost).",
     )
 
 
@@ -246,8 +246,7 @@ def state_lost_namespace(
         "or this query has run without taskstate until now. Nothing was changed. Operator "
         f"action: restore the namespace from an export (`taskstate import FILE`); or, to "
         f"start it empty at this batch on purpose, `taskstate adopt {namespace}`; then make "
-        'Redis keep its data (`taskstate doctor`; docs/operations.md, "State that Redis '
-        'lost").',
+        "Redis keep its data (`taskstate doctor`; docs/operations/runbooks.md#state-lost).",
     )
 
 
@@ -273,7 +272,7 @@ def partitions_changed(fq: str, recorded: int, declared: int | None) -> SidecarE
         f"run `taskstate rescale {ns}/{comp} --to {target}` (it moves every key to the "
         f"partition Spark gives it for {target}), then start the query again; or run the "
         f"job with {recorded} partitions, as before. A stateful operator keeps the count its "
-        'checkpoint has: see docs/operations.md, "Changing the partition count".',
+        "checkpoint has: see docs/how-to/rescale.md.",
     )
 
 

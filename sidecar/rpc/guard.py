@@ -189,7 +189,7 @@ class observed:  # noqa: N801 - used as a function: `with observed(method, reque
             pass
 
 
-# Refusals that stall a job until someone acts (docs/operations.md, "What to alert on"):
+# Refusals that stall a job until someone acts (docs/operations/metrics.md#what-to-alert-on):
 # logged as warnings, where a fenced zombie or a bad argument is an answer like any other
 NEEDS_AN_OPERATOR = frozenset(
     {codes.STATE_LOST, codes.STATE_AHEAD, codes.CORRUPT_STATE, codes.PARTITIONS, codes.DURABILITY}

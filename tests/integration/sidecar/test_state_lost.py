@@ -135,7 +135,8 @@ def test_flushall_under_a_running_namespace_is_refused_until_adopted(
     redis_server.client().flushall()
     namespace_lost(sidecar, redis_server, namespace, 3)
     # a batch job (no batch id) cannot be told from a first run: it starts empty
-    # (docs/operations.md says so); a streaming task past batch 0 is refused every time
+    # (docs/operations/runbooks.md#state-lost says so); a streaming task past batch 0 is
+    # refused every time
     namespace_lost(sidecar, redis_server, namespace, 4)
     # accepting the loss on purpose: one command, then the query runs on, empty
     out = cli(sidecar, "adopt", namespace)

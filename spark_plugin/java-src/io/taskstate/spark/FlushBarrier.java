@@ -177,7 +177,8 @@ final class FlushBarrier {
         + ", partition " + task[2] + ") succeeded, but its state changes could not be made "
         + "durable: " + why.replaceAll("[.\\s]+$", "") + ". This executor stops now, before "
         + "the task is reported done; Spark runs the task again and its retry rolls the "
-        + "batch back (nothing is lost or counted twice). See docs/operations.md, \"Fail-stops\".";
+        + "batch back (nothing is lost or counted twice). "
+        + "See docs/operations/runbooks.md#fail-stops.";
     LOG.error(message);
     System.err.println(message);
     System.err.flush();
