@@ -29,10 +29,9 @@ from ._session import OpenInfo, Session
 class TaskState(MutableMapping[str, Any]):
     """A Spark task's state: a MutableMapping of JSON values that survives crashes.
 
-    Enter = Open + Restore; exit without an exception = Commit of what changed; exit with
-    an exception = nothing committed, the in-memory changes discarded, the exception
-    re-raised. A nested value changed in place (`s["k"]["n"] += 1`) is detected and
-    committed. Values are what JSON holds: dict, list, str, int, float, bool, None.
+    Enter = Open + Restore; exit = Commit of what changed (with an exception: nothing
+    committed, the exception re-raised). A nested value changed in place
+    (`s["k"]["n"] += 1`) is committed too. Values: dict, list, str, int, float, bool, None.
 
     Example:
         ```python
@@ -48,28 +47,22 @@ class TaskState(MutableMapping[str, Any]):
             by `taskstate.spark_plugin.configure`; else ConfigError.
         sidecar: `unix:///PATH` or `tcp://HOST:PORT`; else `TASKSTATE_SIDECAR`; else the
             executor plugin's sidecar; else `unix:///tmp/taskstate-run/sidecar.sock`.
-        mode: `mirror` (state in task memory, double-written) or `remote` (nothing kept in
-            task memory: reads go through the sidecar).
-        durability: `applied`, `replicated:N`, `fsynced` or `replicated:N,fsynced`: how
-            far a commit must have travelled before it is acknowledged.
+        mode: `mirror` (state in task memory, double-written) or `remote` (reads go
+            through the sidecar).
+        durability: `applied`, `replicated:N`, `fsynced` or `replicated:N,fsynced`.
         codec: `json`.
-        partitions: How many partitions the job splits this component's keys into: N as
-            in `repartition(N, key)`; in a stateful operator, the count its checkpoint
-            runs with. Recorded with the state: a job run later under another count is
-            refused with PartitionCountError instead of opening state that holds other
-            keys (`taskstate rescale` moves them). None: not declared.
+        partitions: The job's partition count for this component (`repartition(N, key)`,
+            or a stateful operator's checkpoint's). Recorded with the state; a run under
+            another count raises PartitionCountError (`taskstate rescale` moves the keys).
         ttl: Seconds to live of every key the block writes (restarting at each write;
             `s.set(key, value, ttl=...)` for one key). None: never expire.
         now: The batch's event time (epoch ms, or an aware datetime): keys expire in
             event time (fixed by the batch's first block). None: processing time.
-        version: The schema version the code writes (1, 2, ...). A stored value of a
-            newer version raises SchemaVersionError.
-        upgrade: `{v: f}`, where `f` turns a value of version `v` into one of `v + 1`;
-            values of older versions are upgraded as they are read.
-        open_at: `enter` (refusals such as FencedError are raised there) or `exit`: a
-            block that only writes Opens with its Commit, in one call, at its exit (once
-            this process has opened the task); anything but `s[k] = v` and reading back
-            what it wrote opens it first.
+        version: The schema version the code writes (1, 2, ...); a newer stored value
+            raises SchemaVersionError.
+        upgrade: `{v: f}`: `f` turns a value of version `v` into one of `v + 1`.
+        open_at: `enter`, or `exit` for a block that only writes: its Open goes with its
+            Commit in one call at the exit (refusals such as FencedError come there).
 
     Raises:
         ConfigError: A bad argument or setting, or no namespace.
@@ -77,9 +70,6 @@ class TaskState(MutableMapping[str, Any]):
         StateAheadError: The state is at a later batch than the one Spark runs.
         PartitionCountError: The state was split into another partition count.
         StateLostError: Redis lost state that taskstate wrote.
-
-    Resume contract: `position` is the value passed to the last successful `commit()`
-    of the committed state; a resumed task continues *after* that position.
     """
 
     def __init__(
@@ -156,7 +146,7 @@ class TaskState(MutableMapping[str, Any]):
 
     @property
     def position(self) -> Any:
-        """The resume position committed with the state (decoded), or None."""
+        """What the last successful `commit(position)` passed, or None: resume after it."""
         s = self._require_session()
         if s.position is None:
             return None
