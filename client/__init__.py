@@ -2,8 +2,8 @@
 
 from taskstate.client import TaskState
 
-with TaskState(TaskContext.get(), component="hashtag-ewma") as s:
-s["#spark"] = {"rate": 1.7, "last": 12}
+    with TaskState(TaskContext.get(), component="hashtag-ewma") as s:
+        s["#spark"] = {"rate": 1.7, "last": 12}
 """
 
 from ._block import Phase

@@ -53,9 +53,10 @@ class LocalContext:
         batch_id: the micro-batch id, or None for a batch (non-streaming) job.
         attempt: the attempt number, recorded for operators.
         properties: extra Spark local properties (e.g. `taskstate.namespace`).
-        app_id: the application the attempt belongs to (`spark.app.id`); unique per
-            LocalContext by default.
-        task_attempt_id: Spark's task attempt id (unique within the application).
+        app_id: the application the attempt belongs to (`spark.app.id`); by default a
+            new unique id per LocalContext.
+        task_attempt_id: Spark's task attempt id (unique within the application); by
+            default a new one per LocalContext.
         plugin_flush: whether something plays the executor plugin's part for this attempt
             and sends the sidecar its FLUSH when the attempt ends (tests of the flush do).
             By default a LocalContext's blocks always commit at their exit, also beside a

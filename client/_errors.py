@@ -9,7 +9,7 @@ from taskstate.proto import codes
 
 
 class TaskStateError(Exception):
-    """Root of every taskstate error. `code` is stable; `task` is the fq task id or None."""
+    """Root of every taskstate error. `code` is stable; `task` is `ns/component/partition`."""
 
     code: str = codes.INTERNAL
 
@@ -136,7 +136,11 @@ class StorageUnavailableError(TaskStateError, ConnectionError):
 
 
 class NotFoundError(TaskStateError, LookupError):
-    """The task has no stored state (operator commands: `taskstate show`, AdminClient)."""
+    """The task has no stored state, or a read asked for changes the change log lost.
+
+    `taskstate show` and AdminClient on a task without state; a data source read whose
+    `changesSinceBatch` is older than the change log keeps.
+    """
 
     code = codes.NOT_FOUND
 
@@ -148,9 +152,11 @@ class AlreadyExistsError(TaskStateError):
 
 
 class StateChangedError(TaskStateError):
-    """A read without a claim kept meeting commits mid-read; read again.
+    """The state changed under a call that needs it still; try again.
 
-    `taskstate show`, `taskstate export` and `AdminClient.read` read without a claim.
+    A read without a claim (`taskstate show`, `export`, `AdminClient.read`, the data
+    source) kept meeting commits mid-read; or a rescale or data-source write was refused
+    because a task of the component was opened or written within its quiet period.
     """
 
     code = codes.CHANGED
@@ -168,8 +174,8 @@ class PermissionDeniedError(TaskStateError, PermissionError):
 class UnauthenticatedError(PermissionDeniedError):
     """The sidecar requires a token and the call carried none it knows.
 
-    Set `TASKSTATE_TOKEN_FILE` or `TASKSTATE_TOKEN` where the tasks run. A
-    `PermissionDeniedError`.
+    Set `TASKSTATE_TOKEN_FILE` or `TASKSTATE_TOKEN` where the tasks run. (A subclass of
+    PermissionDeniedError.)
     """
 
     code = codes.UNAUTHENTICATED

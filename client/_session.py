@@ -14,7 +14,26 @@ from typing import Any
 
 @dataclass(frozen=True, slots=True)
 class OpenInfo:
-    """What entering the block found: for logs, metrics and tests."""
+    """What entering the block found (`s.info`): for logs, metrics and tests.
+
+    Attributes:
+        epoch: The attempt's fencing epoch.
+        committed_batch: The last committed batch before this one (-1: none).
+        size: Keys in the committed state.
+        version: The committed state's version token.
+        rolled_back: This Open rolled back a replayed batch first.
+        rolled_back_keys: Keys that rollback restored.
+        restored: The state was read from the sidecar (not reused from this process).
+        reused_claim: Another block of the same task attempt held the claim already.
+        delta: The restore sent only what changed since the version this process held.
+        restored_keys: Keys the restore sent (a delta's changed and deleted keys).
+        on_demand: The block started without the state and reads the keys it touches.
+        expired: Keys whose time to live had run out by the batch's now, deleted by this
+            Open as a write of the batch (a replay restores and expires them again).
+        now_ms: The batch's now, epoch ms: a key written with `ttl=T` expires at
+            `now_ms + 1000 * T`.
+        with_commit: The block only wrote: its Open went with its Commit in one call.
+    """
 
     epoch: int
     committed_batch: int
@@ -24,17 +43,11 @@ class OpenInfo:
     rolled_back_keys: int
     restored: bool
     reused_claim: bool
-    # the restore sent only what changed since the version this process held (delta)
     delta: bool = False
-    restored_keys: int = 0  # keys the restore sent (a delta's changed and deleted keys)
-    # the block started without the state and reads the keys it touches (`_reads.py`)
+    restored_keys: int = 0
     on_demand: bool = False
-    # keys whose time to live had run out by the batch's now, deleted by this Open (as a
-    # write of the batch: a replay restores them, and expires them again)
     expired: int = 0
-    # the batch's now (epoch ms): a key written with ttl=T expires at now_ms + 1000 T
     now_ms: int = 0
-    # the block only wrote: its Open and Commit went in one call (OpenCommit)
     with_commit: bool = False
 
 

@@ -56,7 +56,8 @@ RETRY_DEADLINE = Setting(
 MAX_MESSAGE_BYTES = Setting(
     "TASKSTATE_MAX_MESSAGE_BYTES",
     64 << 20,
-    "The largest request, bytes (at least 65536); a larger commit is sent in chunks.",
+    "The largest request, bytes (at least 65536). In a micro-batch a larger commit is "
+    "sent as several; in a batch job a commit must fit (else LimitError).",
 )
 CACHE_TASKS = Setting(
     "TASKSTATE_CACHE_TASKS",

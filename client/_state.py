@@ -45,8 +45,8 @@ class TaskState(MutableMapping[str, Any]):
         component: The operator's stable name (Storm's componentId).
         namespace: The job's stable name; else `TASKSTATE_NAMESPACE`; else the value set
             by `taskstate.spark_plugin.configure`; else ConfigError.
-        sidecar: `unix:///PATH` or `tcp://HOST:PORT`; else `TASKSTATE_SIDECAR`; else the
-            executor plugin's sidecar; else `unix:///tmp/taskstate-run/sidecar.sock`.
+        sidecar: `unix:///PATH` or `tcp://HOST:PORT`; else `TASKSTATE_SIDECAR`; else
+            `configure(spark, sidecar=...)`'s; else the executor plugin's; else the default.
         mode: `mirror` (state in task memory, double-written) or `remote` (reads go
             through the sidecar).
         durability: `applied`, `replicated:N`, `fsynced` or `replicated:N,fsynced`.
@@ -61,8 +61,8 @@ class TaskState(MutableMapping[str, Any]):
         version: The schema version the code writes (1, 2, ...); a newer stored value
             raises SchemaVersionError.
         upgrade: `{v: f}`: `f` turns a value of version `v` into one of `v + 1`.
-        open_at: `enter`, or `exit` for a block that only writes: its Open goes with its
-            Commit in one call at the exit (refusals such as FencedError come there).
+        open_at: `enter`, or `exit` for a block that only writes: once this process has
+            opened the task, its Open goes with its Commit in one call at the exit.
 
     Raises:
         ConfigError: A bad argument or setting, or no namespace.

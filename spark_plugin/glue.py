@@ -189,8 +189,8 @@ def resume(items: Iterable[T], state: TaskState, *, every: int = 1000) -> Iterat
         def work(rows):
             with TaskState(TaskContext.get(), component="enrich") as s:
                 for row in resume(rows, s, every=500):
-                    s[row.id] = enrich(row)
-            yield from s.items()
+                    s[str(row.id)] = enrich(row)
+                yield from s.items()
         ```
     """
     if every < 1:

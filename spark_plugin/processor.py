@@ -37,7 +37,8 @@ class TaskStateProcessor(StatefulProcessor):
     For transformWithStateInPandas (Spark 4.0+) and transformWithState (4.1+). Subclass
     it and set `component` and `partitions` (optionally `namespace`, `sidecar`, `mode`,
     `durability`). `init` opens the task's state on each executor; `close` commits what
-    changed. Keep per-key state in `self.state`, keyed by the grouping key's text.
+    changed. Keep per-key state in `self.state`, keyed by the grouping key's text. The
+    block takes the class's settings only (no ttl, version or open_at).
 
     Example:
         ```python
@@ -46,10 +47,10 @@ class TaskStateProcessor(StatefulProcessor):
             partitions = 8  # the query's spark.sql.shuffle.partitions
 
             def handleInputRows(self, key, rows, timerValues):
-                total = self.state.get(key[0], 0)
+                total = self.state.get(str(key[0]), 0)
                 for pdf in rows:
                     total += int(pdf["value"].sum())
-                self.state[key[0]] = total
+                self.state[str(key[0])] = total
                 yield pd.DataFrame({"key": [key[0]], "total": [total]})
         ```
     """
