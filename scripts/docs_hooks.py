@@ -21,14 +21,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def import_tree() -> Path:
-    """build/import-tree/taskstate/X -> X for each top-level folder pyproject maps.
+    """.docs-import-tree/taskstate/X -> X for each top-level folder pyproject maps.
 
     The folders are subpackages of the namespace package `taskstate` (pyproject.toml's
     package-dir); mkdocstrings (griffe) finds modules by their files' paths, so it reads
-    the code through this tree (mkdocs.yml, `paths`).
+    the code through this tree (mkdocs.yml, `paths`). Hidden, and not under build/, which
+    belongs to pip's builds (tests/integration/packaging checks that none is left).
     """
     dirs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    top = ROOT / "build/import-tree/taskstate"
+    top = ROOT / ".docs-import-tree/taskstate"
     top.mkdir(parents=True, exist_ok=True)
     for name, folder in dirs["package-dir"].items():
         link = top / name.split(".")[1]
