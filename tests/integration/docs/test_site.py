@@ -63,7 +63,9 @@ def chromium() -> str:
         found = shutil.which(name)
         if found:
             return found
-    pytest.fail("no Chromium for the docs' browser test: apt-get install chromium (bin/setup does)")
+    pytest.fail(
+        "no Chromium for the docs' browser test: apt-get install chromium (bin/setup --tests does)"
+    )
 
 
 def browse(url: str, tmp: Path, *args: str) -> str:
