@@ -11,34 +11,10 @@ import contextlib
 import io
 import os
 import re
-import tomllib
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 MARKER = re.compile(r"^<!-- generated: ([a-z-]+) -->$", re.MULTILINE)
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def import_tree() -> Path:
-    """.docs-import-tree/taskstate/X -> X for each top-level folder pyproject maps.
-
-    The folders are subpackages of the namespace package `taskstate` (pyproject.toml's
-    package-dir); mkdocstrings (griffe) finds modules by their files' paths, so it reads
-    the code through this tree (mkdocs.yml, `paths`). Hidden, and not under build/, which
-    belongs to pip's builds (tests/integration/packaging checks that none is left).
-    """
-    dirs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    top = ROOT / ".docs-import-tree/taskstate"
-    top.mkdir(parents=True, exist_ok=True)
-    for name, folder in dirs["package-dir"].items():
-        link = top / name.split(".")[1]
-        if name.count(".") == 1 and not link.is_symlink():
-            link.symlink_to(ROOT / folder)
-    return top.parent
-
-
-import_tree()  # at load: mkdocs loads hooks before mkdocstrings collects anything
 
 
 def _cell(text: str) -> str:
