@@ -75,6 +75,7 @@ def cli_reference() -> str:
     """`taskstate --help` and each command's `--help`, as argparse prints them."""
     from taskstate.cli.main import COMMANDS, main
 
+    os.environ["COLUMNS"] = "88"  # argparse wraps its help to the terminal's width
     out = []
     for command in ("", *COMMANDS):
         text = io.StringIO()
@@ -98,7 +99,6 @@ GENERATORS: dict[str, Callable[[], str]] = {
 
 def on_page_markdown(markdown: str, **_: Any) -> str:
     """Replace each `<!-- generated: NAME -->` line with its table."""
-    os.environ["COLUMNS"] = "88"  # argparse wraps its help to the terminal's width
 
     def table(m: re.Match[str]) -> str:
         name = m[1]
