@@ -76,7 +76,8 @@ def test_demo_summary_and_chart(
         faults = tmp_path / run / "faults"
         assert {"worker-killed", "sidecar-killed", "paused"} <= {p.name for p in faults.iterdir()}
     assert "identical to golden" in out and "top 10 hashtags" in out
-    assert "1/4 batches" in out  # progress was shown, faults announced
+    # progress was shown (polled, so a count may be skipped), faults announced
+    assert re.search(r"(golden|taskstate|plain-dict): [1-3]/4 batches", out)
     assert "fault: the Python worker was SIGKILLed" in out and "fault: the sidecar" in out
     assert "stopping the query hard" in out
     # the PNG is valid and holds the three runs
@@ -149,10 +150,15 @@ def test_ctrl_c_leaves_nothing_behind(spark_ready: None, tmp_path: Path) -> None
     assert proc.stdout is not None
     seen: dict[int, bytes] = {}
     deadline = time.monotonic() + 300
-    for line in proc.stdout:  # wait until the first query is really running
+    running = None
+    # wait until the first query has committed a batch; progress is polled, so a fast run
+    # may go from 0/8 straight to 2/8 (any count from 1 will do: two more runs follow)
+    for line in proc.stdout:
         seen.update(_descendants(proc.pid))
-        if "golden: 1/8 batches" in line or time.monotonic() > deadline:
+        running = re.search(r"golden: [1-8]/8 batches", line)
+        if running or time.monotonic() > deadline:
             break
+    assert running, "the demo ended or stalled before its first batch"
     seen.update(_descendants(proc.pid))
     kinds = b" ".join(seen.values())
     assert b"redis-server" in kinds and b"taskstate.sidecar" in kinds and b"java" in kinds
