@@ -97,7 +97,9 @@ def test_a_sidecar_that_cannot_start_fails_the_executor_within_seconds_with_its_
     # the cause, from the sidecar's log (its first third-party import)
     assert "ModuleNotFoundError: No module named 'orjson'" in err, err[-4000:]
     assert f"spark.taskstate.python ({bare / 'bin/python'})" in err  # and what to fix
-    assert took < BOUND_S, f"{took:.1f} s: the plugin waited instead of noticing the exit"
+    # the plugin's own time, not spark-submit's (a JVM and a SparkContext start in it too)
+    assert float(m.group(1)) < BOUND_S, f"{m.group(1)} s: the plugin did not notice the exit"
+    assert took < 110, f"{took:.1f} s: spark-submit waited out the 120 s start timeout"
 
 
 def test_the_sidecars_start_up_warnings_reach_the_executors_console(

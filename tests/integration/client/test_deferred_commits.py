@@ -13,7 +13,6 @@ import os
 import signal
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,7 +34,7 @@ from taskstate.testing import RedisServer, SidecarProcess
 from ..attempt_worker import worker_pool
 from ..conftest import snapshot, stored
 from ..seeding import begin, commit, stage
-from ..waiting import eventually
+from ..waiting import eventually, redis_blocked
 
 
 def plugin_ctx(partition: int, **kw: Any) -> LocalContext:
@@ -240,7 +239,7 @@ def test_redis_unavailable_during_the_flush_fails_it(
         target=lambda: redis_server.client().execute_command("DEBUG", "SLEEP", 4)
     )
     sleeper.start()
-    time.sleep(0.2)
+    redis_blocked(redis_server.socket)
     try:
         answer = ask(barrier, f"FLUSH {ctx.taskAttemptId()}")
     finally:

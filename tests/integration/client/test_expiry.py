@@ -55,29 +55,31 @@ def test_keys_expire_in_processing_time_and_a_write_restarts_their_clock(
     redis_server: RedisServer, sidecar: SidecarProcess, namespace: str
 ) -> None:
     ns = namespace
-    with ts(sidecar, ns, 0, ttl=1.0) as s:
-        s["a"] = 1  # 1 s, the block's
+    # sleeps wait past an expiry; the margins before the next one are seconds, so a slow
+    # step on a loaded machine does not expire a key early
+    with ts(sidecar, ns, 0, ttl=3.0) as s:
+        s["a"] = 1  # 3 s, the block's
         s.set("b", 2, ttl=None)  # never
-        s.set("c", {"n": 3}, ttl=0.3)  # 0.3 s, its own
-        s.set("d", [4], ttl=0.3)
+        s.set("c", {"n": 3}, ttl=0.5)  # 0.5 s, its own
+        s.set("d", [4], ttl=0.5)
         now0 = s.info.now_ms  # the batch's now: expiries are counted from it
     assert stored(redis_server, ns) == {
-        "a": (now0 + 1000, 1, 1), "b": (None, 1, 2), "c": (now0 + 300, 1, {"n": 3}),
-        "d": (now0 + 300, 1, [4]),
+        "a": (now0 + 3000, 1, 1), "b": (None, 1, 2), "c": (now0 + 500, 1, {"n": 3}),
+        "d": (now0 + 500, 1, [4]),
     }  # fmt: skip
-    assert index(redis_server, ns) == {"a": now0 + 1000, "c": now0 + 300, "d": now0 + 300}
-    time.sleep(0.5)
-    with ts(sidecar, ns, 1, ttl=1.0) as s:
+    assert index(redis_server, ns) == {"a": now0 + 3000, "c": now0 + 500, "d": now0 + 500}
+    time.sleep(1.5)
+    with ts(sidecar, ns, 1, ttl=3.0) as s:
         assert s.info.expired == 2
         assert dict(s) == {"a": 1, "b": 2} and "c" not in s and s.get("d") is None
         s["d"] = [5]  # written again: a new clock
         now1 = s.info.now_ms
     assert set(stored(redis_server, ns)) == {"a", "b", "d"}
-    time.sleep(max(0.0, (now0 + 1100) / 1000 - time.time()))  # a's second has run out
+    time.sleep(max(0.0, (now0 + 3100) / 1000 - time.time()))  # a's 3 s have run out
     _cache.sessions.clear()  # a fresh worker: reads on demand, no copy to trust
-    with ts(sidecar, ns, 2, ttl=1.0) as s:
+    with ts(sidecar, ns, 2, ttl=3.0) as s:
         assert "a" not in s and s["d"] == [5] and s["b"] == 2  # d's clock restarted at batch 1
-    assert index(redis_server, ns) == {"d": now1 + 1000}
+    assert index(redis_server, ns) == {"d": now1 + 3000}
 
 
 def test_a_rewrite_keeps_an_earlier_index_entry_which_moves_when_it_comes_due(

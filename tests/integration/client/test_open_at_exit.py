@@ -24,6 +24,7 @@ from taskstate.sidecar.storage.redis.keys import meta_key, task_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 from ..conftest import snapshot, stored
+from ..waiting import redis_blocked
 
 pytestmark = pytest.mark.integration
 
@@ -226,10 +227,10 @@ def test_a_sidecar_killed_during_the_one_call_lands_it_once(
             side.kill()
             replacement.append(SidecarProcess(redis_server.url, sock, extra=metered).start())
 
-        sleeper = threading.Thread(target=lambda: r.execute_command("DEBUG", "SLEEP", 1.5))
+        sleeper = threading.Thread(target=lambda: r.execute_command("DEBUG", "SLEEP", 3))
         killer = threading.Thread(target=fault)
         sleeper.start()
-        time.sleep(0.1)
+        redis_blocked(redis_server.socket)
         killer.start()
         with ts(side, namespace, LocalContext(0, batch_id=1)) as s:
             s["a"] = 1
