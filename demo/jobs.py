@@ -581,8 +581,14 @@ def run_until_committed(
                 return 1
             time.sleep(0.2)
         if progress_file:
-            time.sleep(0.5)  # the last batch's progress report follows its commit
+            # the last batch's progress report follows its commit, by a moment
+            deadline = time.monotonic() + 30
             reports = [json.loads(r.json) for r in query.recentProgress]
+            while not any(r["batchId"] >= batches - 1 for r in reports):
+                if time.monotonic() > deadline:
+                    break  # written as it is: the reader names the missing batch
+                time.sleep(0.1)
+                reports = [json.loads(r.json) for r in query.recentProgress]
             Path(progress_file).write_text(json.dumps(reports))
     finally:
         query.stop()
