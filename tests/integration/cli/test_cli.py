@@ -437,9 +437,12 @@ def test_doctor_names_each_problem_and_exits_nonzero(
     side = SidecarProcess(dead.url, tmp_path / "s2.sock").start()
     try:
         dead.kill()
-        import time
-
-        time.sleep(2.5)  # the health watcher pings every second
+        eventually(  # the health watcher pings Redis every second
+            lambda: cli("health", sidecar=side, check=None).stdout.strip() == "NOT_SERVING",
+            "the sidecar never reported NOT_SERVING after its Redis died",
+            20,
+            0.5,
+        )
         r = cli("doctor", "--timeout", "20", sidecar=side, check=1)
         assert "[ok] sidecar reachable" in r.stdout
         assert "[FAIL] sidecar serving" in r.stdout

@@ -89,15 +89,16 @@ def test_a_caller_abandoned_mid_command_never_hands_its_reply_to_the_next(
     async def run() -> None:
         async with line_to(redis_server) as line:
             assert await line.call(pack(("ECHO", "warm"))) == b"warm"
-            # Redis holds the line's next commands for 0.5 s (from the moment it answers)
-            redis_server.client().execute_command("CLIENT", "PAUSE", "500", "ALL")
+            # Redis holds the line's next commands for 2 s (from the moment it answers): far
+            # past the 0.1 s wait below, even on a loaded machine
+            redis_server.client().execute_command("CLIENT", "PAUSE", "2000", "ALL")
             other = asyncio.ensure_future(line.call(pack(("ECHO", "other"))))
             with pytest.raises(TimeoutError):
                 await asyncio.wait_for(line.call(pack(("ECHO", "abandoned"))), 0.1)
             # the caller beside it lost the connection too: it may retry, never misread
             with pytest.raises(rex.ConnectionError):
                 await other
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(2.0)
             # a new connection: each reply its own, nothing late from before
             for i in range(20):
                 assert await line.call(pack(("ECHO", f"after{i}"))) == f"after{i}".encode()

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import grpc
@@ -20,6 +19,7 @@ from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.testing import RedisServer, SidecarProcess
 
 from ..conftest import snapshot
+from ..waiting import eventually
 
 pytestmark = pytest.mark.integration
 
@@ -68,7 +68,9 @@ def test_in_flight_limit_refuses_the_request_beyond_it(tmp_path: Path, namespace
     """Redis stopped (SIGSTOP): two requests hang in the sidecar, the third is refused."""
     redis = RedisServer(tmp_path / "redis").start()
     side = SidecarProcess(
-        redis.url, tmp_path / "s.sock", extra=["--max-in-flight", "2", "--redis-deadline", "20"]
+        redis.url,
+        tmp_path / "s.sock",
+        extra=["--max-in-flight", "2", "--redis-deadline", "20", "--metrics-port", "0"],
     ).start()
     channel = grpc.insecure_channel(f"unix:{side.socket}")
     stub = pb_grpc.TaskStateServiceStub(channel)
@@ -79,7 +81,11 @@ def test_in_flight_limit_refuses_the_request_beyond_it(tmp_path: Path, namespace
         hung = [threading.Thread(target=lambda: _quietly(stub, req)) for _ in range(2)]
         for t in hung:
             t.start()
-        time.sleep(1.0)  # both are inside the sidecar now, waiting for Redis
+        eventually(  # both inside the sidecar, waiting for Redis (metrics have their thread)
+            lambda: side.metrics().get('taskstate_requests_in_flight{method="Describe"}') == 2,
+            "the two Describe calls never reached the sidecar",
+            20,
+        )
         with pytest.raises(grpc.RpcError) as info:
             stub.Describe(req, timeout=10)
         assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED

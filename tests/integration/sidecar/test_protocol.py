@@ -31,6 +31,7 @@ from taskstate.testing import RedisServer, SidecarProcess
 from ..conftest import committed_snapshot, snapshot, strip_claim
 from ..lost_answer import check_a_lost_answer_counts_once
 from ..proxy import LossyProxy
+from ..waiting import eventually, redis_blocked
 
 pytestmark = pytest.mark.integration
 
@@ -292,7 +293,8 @@ def test_message_over_the_sidecar_limit_is_a_clear_error_and_redis_untouched(
 def test_sigterm_drains_an_in_flight_commit_and_exits_zero(
     redis_server: RedisServer, tmp_path: Path, namespace: str
 ) -> None:
-    side = SidecarProcess(redis_server.url, tmp_path / "s.sock").start()
+    side = SidecarProcess(redis_server.url, tmp_path / "s.sock", extra=["--metrics-port", "0"])
+    side.start()
     slept: list[object] = []
     blocker = threading.Thread(
         target=lambda: slept.append(redis_server.client().execute_command("DEBUG", "SLEEP", "3"))
@@ -311,10 +313,15 @@ def test_sigterm_drains_an_in_flight_commit_and_exits_zero(
             errors.append(exc)
 
     blocker.start()
-    time.sleep(0.2)  # Redis is now busy for ~2.8 s
+    redis_blocked(redis_server.socket)  # Redis is now busy for at most 3 s
     worker = threading.Thread(target=commit)
     worker.start()
-    time.sleep(1.0)  # the commit is in flight inside the sidecar, waiting for Redis
+    eventually(  # the commit is in flight inside the sidecar, waiting for Redis
+        lambda: side.metrics().get('taskstate_requests_in_flight{method="Commit"}') == 1,
+        "the commit never reached the sidecar",
+        2,
+        0.01,
+    )
     assert side.proc is not None
     side.proc.send_signal(signal.SIGTERM)
     code = side.proc.wait(timeout=30)

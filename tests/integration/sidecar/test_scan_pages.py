@@ -64,7 +64,11 @@ def test_flat_pages_ask_for_the_next_page_while_the_caller_holds_one(
             before = hscans()
             pages = scanner.flat_pages(key, 500, None, "read")
             await anext(pages)  # the first page; the second is asked for meanwhile
-            await asyncio.sleep(0.2)
+            for _ in range(40):  # until Redis has seen it (a loaded machine is slow to)
+                await asyncio.sleep(0.05)
+                if hscans() - before >= 2:
+                    break
+            await asyncio.sleep(0.2)  # and no third one follows
             asked = hscans() - before
             await pages.aclose()  # the caller stops: the page in flight is cancelled
             await asyncio.sleep(0.05)
@@ -102,7 +106,11 @@ def test_the_next_page_is_asked_for_before_the_caller_gets_this_one(
             before = hscans()
             pages = Scanner(conn).flat_pages(key, 500, None, "read")
             await anext(pages)
-            time.sleep(0.2)  # the loop does not run: only what was sent already counts
+            # the loop does not run while this waits: only what was sent already counts
+            for _ in range(40):  # until Redis has seen it (a loaded machine is slow to)
+                time.sleep(0.05)
+                if hscans() - before >= 2:
+                    break
             asked = hscans() - before
             await pages.aclose()
             return asked

@@ -207,10 +207,10 @@ def test_an_abandoned_write_is_undone_by_the_next_command_and_says_so(
     ns = namespace
     before = snapshot(redis_server, ns)
     with AdminClient(sidecar.target) as admin:
-        seed = begin(admin, ns, 2, lease_seconds=1.0).seed_id
+        seed = begin(admin, ns, 2, lease_seconds=3.0).seed_id
         stage(admin, ns, seed, 0, 0, {"a": 1, "b": 2})
-        assert admin.settle(ns) == []  # still alive
-        time.sleep(1.3)  # its job died: nothing more reaches the sidecar
+        assert admin.settle(ns) == []  # still alive (3 s: a slow call does not end it)
+        time.sleep(3.3)  # its job died: nothing more reaches the sidecar
         notes = admin.settle(ns)
         assert len(notes) == 1 and notes[0].startswith(f"undid the write {seed} of {ns}/c")
         assert "nothing of it was ever visible" in notes[0]
@@ -219,8 +219,8 @@ def test_an_abandoned_write_is_undone_by_the_next_command_and_says_so(
     assert snapshot(redis_server, ns) == before
     # and an Open settles it too
     with AdminClient(sidecar.target) as admin:
-        seed = begin(admin, ns, 2, lease_seconds=1.0).seed_id
-    time.sleep(1.3)
+        seed = begin(admin, ns, 2, lease_seconds=3.0).seed_id
+    time.sleep(3.3)
     _cache.sessions.clear()
     with ts(sidecar, ns, 0, 1, partitions=2) as s:
         s["x"] = 1
@@ -240,7 +240,7 @@ def test_a_write_interrupted_while_it_is_made_visible_is_finished_by_the_next_si
 
     async def run() -> list[str]:
         first = RedisBackend(redis_server.url)
-        spec = SeedSpec(ns, "c", 3, "string", lease_s=1.0)
+        spec = SeedSpec(ns, "c", 3, "string", lease_s=3.0)
         started = await first.seeds.begin(spec)
         flat = [x for k, v in pairs.items() for x in (k, str(v))]
         await first.seeds.stage(ns, "c", started.seed_id, 0, 0, flat)
@@ -264,7 +264,7 @@ def test_a_write_interrupted_while_it_is_made_visible_is_finished_by_the_next_si
             with pytest.raises(SidecarError, match="a write of the taskstate data source"):
                 await second.admin.read(TaskKey(ns, "c", 1), 10).__anext__()
             assert await second.seeds.settle(ns, None) == []  # the lease has not run out
-            await asyncio.sleep(1.2)
+            await asyncio.sleep(3.2)
             return await second.seeds.settle(ns, None)
         finally:
             await second.close()
