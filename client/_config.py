@@ -23,8 +23,6 @@ from taskstate.proto.durability import Durability
 from taskstate.proto.properties import (
     NAMESPACE_CONF,
     NAMESPACE_PROPERTY,
-    SIDECAR_CONF,
-    SIDECAR_PROPERTY,
 )
 
 from ._errors import ConfigError
@@ -36,11 +34,10 @@ from ._settings import (
     MAX_MESSAGE_BYTES,
     NAMESPACE,
     RETRY_DEADLINE,
-    SIDECAR,
     TIMEOUT,
     Setting,
 )
-from .address import DEFAULT_SIDECAR, grpc_target, plugin_sidecar
+from .address import grpc_target, task_sidecar
 
 LOADS = ("on-demand", "eager")
 MODES = ("mirror", "remote")
@@ -141,9 +138,7 @@ class TaskStateConfig:
             raise ConfigError(f"mode {mode!r} is not one of {', '.join(MODES)}")
         if codec not in CODECS:
             raise ConfigError(f"codec {codec!r} is not one of {', '.join(CODECS)}")
-        target = sidecar or env.get(SIDECAR.env) or local_property(SIDECAR_PROPERTY)
-        target = target or local_property(SIDECAR_CONF) or plugin_sidecar(env) or DEFAULT_SIDECAR
-        grpc_target(target)
+        target = task_sidecar(sidecar, env, local_property)
         max_message = _int_env(env, MAX_MESSAGE_BYTES, minimum=1 << 16)
         cache_tasks = _int_env(env, CACHE_TASKS, minimum=0)
         cache_bytes = _int_env(env, CACHE_BYTES, minimum=0)

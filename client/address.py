@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from taskstate.proto import frames
+from taskstate.proto.properties import SIDECAR_CONF, SIDECAR_PROPERTY
 
 from ._errors import ConfigError
 from ._settings import RUN_DIR, SIDECAR
@@ -41,6 +42,27 @@ def ancestors(pid: int, depth: int = 6) -> list[int]:
         out.append(ppid)
         pid = ppid
     return out
+
+
+def task_sidecar(
+    given: str | None, env: Mapping[str, str], local_property: Callable[[str], str | None]
+) -> str:
+    """The sidecar a task (or a piece of the data source) talks to, checked (ConfigError).
+
+    In order: `given`; `TASKSTATE_SIDECAR`; what `configure(spark, sidecar=...)` set (the
+    `taskstate.sidecar` local property, or on Spark Connect the `spark.taskstate.sidecar`
+    session conf); the sidecar the executor plugin started for this executor; the default.
+    """
+    target = (
+        given
+        or env.get(ENV_SIDECAR)
+        or local_property(SIDECAR_PROPERTY)
+        or local_property(SIDECAR_CONF)
+        or plugin_sidecar(env)
+        or DEFAULT_SIDECAR
+    )
+    grpc_target(target)
+    return target
 
 
 def plugin_sidecar(env: Mapping[str, str]) -> str | None:

@@ -2,9 +2,10 @@
 
 In order: option `sidecar`; option `redisUrl` (a private sidecar for that Redis, started
 once per Python process, as `taskstate --redis-url` does, and gone with the process);
-`TASKSTATE_SIDECAR`; the `taskstate.sidecar` local property (`configure(spark,
-sidecar=...)`); the sidecar the executor plugin started for this executor; the default
-socket. Tokens and TLS come from the environment, as for TaskState, or option tokenFile.
+then as a task finds its own (`taskstate.client.address.task_sidecar`):
+`TASKSTATE_SIDECAR`, `configure(spark, sidecar=...)`, the executor plugin's sidecar, the
+default socket. Tokens and TLS come from the environment, as for TaskState, or option
+tokenFile.
 Python tasks never speak to Redis: the sidecar stays the one place that knows the layout.
 """
 
@@ -17,9 +18,8 @@ import tempfile
 from pathlib import Path
 
 from taskstate.client import ConfigError, SidecarUnavailableError
-from taskstate.client.address import DEFAULT_SIDECAR, ENV_SIDECAR, grpc_target, plugin_sidecar
+from taskstate.client.address import task_sidecar
 from taskstate.client.admin import AdminClient
-from taskstate.proto.properties import SIDECAR_PROPERTY
 from taskstate.sidecar.process import SidecarProcess
 
 from .options import FORMAT, Options
@@ -40,13 +40,9 @@ def local_property(name: str) -> str | None:
 
 def target(options: Options) -> str:
     """The sidecar to talk to (see the module docstring)."""
-    if options.sidecar:
-        grpc_target(options.sidecar)
-        return options.sidecar
-    if options.redis_url:
+    if options.redis_url and not options.sidecar:
         return _private_sidecar(options.redis_url).target
-    spec = os.environ.get(ENV_SIDECAR) or local_property(SIDECAR_PROPERTY)
-    return spec or plugin_sidecar(os.environ) or DEFAULT_SIDECAR
+    return task_sidecar(options.sidecar, os.environ, local_property)
 
 
 def client_for(options: Options) -> AdminClient:

@@ -243,3 +243,27 @@ def test_spark_package_prints_the_connect_servers_flags(tmp_path: Any) -> None:
     assert f"--archives {tmp_path / 'env.tar.gz'}#taskstate-env" in packed
     notes = " ".join(connect_python_notes(tmp_path))
     assert "spark.addArtifacts" in notes and "foreachBatch" in notes
+
+
+@pytest.mark.parametrize(
+    ("env", "props", "expected"),
+    [
+        ({"TASKSTATE_SIDECAR": "unix:///env.sock"}, {}, "unix:///env.sock"),
+        ({}, {"taskstate.sidecar": "unix:///classic.sock"}, "unix:///classic.sock"),
+        ({}, {"spark.taskstate.sidecar": "tcp://connect:7"}, "tcp://connect:7"),  # Connect
+    ],
+)
+def test_the_data_source_finds_the_sidecar_a_task_finds(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], props: dict[str, str], expected: str
+) -> None:
+    from taskstate.client._config import TaskStateConfig
+    from taskstate.spark_plugin.datasource import connect as source_connect
+    from taskstate.spark_plugin.datasource.options import Options
+
+    monkeypatch.delenv("TASKSTATE_SIDECAR", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(source_connect, "local_property", props.get)
+    task = TaskStateConfig.resolve(component="c", namespace="n", local_property=props.get)
+    assert task.sidecar == expected
+    assert source_connect.target(Options(namespace="n", component="c")) == expected
