@@ -20,14 +20,19 @@ def pages() -> list[Path]:
     return [README, *sorted((ROOT / "docs").rglob("*.md"))]
 
 
+def page_with(marker: str) -> str:
+    """The text of the one page of README.md and docs/ that has `<!-- marker:`."""
+    head = f"<!-- {marker}:"
+    found = [p for p in pages() if head in p.read_text()]
+    assert len(found) == 1, f"{head!r} must be in exactly one page, found in {found}"
+    return found[0].read_text()
+
+
 def block_after(marker: str, text: str | None = None, *, code: bool = False) -> str:
     """The fenced code block that follows `<!-- marker:` (in `text`, or in the one page
     that has it): its lines unindented, or as they are with `code` (Python)."""
     head = f"<!-- {marker}:"
-    if text is None:
-        found = [p for p in pages() if head in p.read_text()]
-        assert len(found) == 1, f"{head!r} must be in exactly one page, found in {found}"
-        text = found[0].read_text()
+    text = page_with(marker) if text is None else text
     assert head in text, f"no {head!r} marker"
     after = text.split(head, 1)[1]
     body = after.split("```", 1)[1].split("\n", 1)[1].split("```", 1)[0]

@@ -6,6 +6,7 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,8 @@ def test_documented_sidecar_command_starts(
         argv[listen] = f"unix://{tmp_path / 's.sock'}"
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen = []
+    watchdog = threading.Timer(60, proc.kill)  # a silent hang ends the loop below: EOF
+    watchdog.start()
     try:
         assert proc.stdout is not None
         for line in proc.stdout:  # log records may come first; EOF if it exits
@@ -52,5 +55,6 @@ def test_documented_sidecar_command_starts(
                 break
         assert "taskstate sidecar ready" in seen[-1], "".join(seen)
     finally:
+        watchdog.cancel()
         proc.kill()
         proc.wait()

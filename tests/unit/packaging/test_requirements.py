@@ -17,7 +17,7 @@ from pathlib import Path
 
 from packaging.requirements import Requirement
 
-from tests.docs_text import executor_requirements, pages
+from tests.docs_text import executor_requirements, page_with
 
 ROOT = Path(__file__).resolve().parents[3]
 EXECUTOR_PARTS = ("client", "sidecar", "proto", "spark_plugin")
@@ -49,8 +49,7 @@ def test_the_docs_list_exactly_pyproject_dependencies() -> None:
 
 
 def test_the_docs_parser_sees_a_missing_package() -> None:
-    (page,) = [p for p in pages() if "<!-- executor-requirements:" in p.read_text()]
-    readme = page.read_text()
+    readme = page_with("executor-requirements")
     assert "'grpcio-reflection>=1.85.1' " in readme
     shorter = readme.replace("'grpcio-reflection>=1.85.1' ", "", 1)
     assert len(executor_requirements(shorter)) == len(executor_requirements(readme)) - 1
