@@ -17,6 +17,13 @@ The first deferral of an attempt in this process waits for the sidecar to record
 (one round trip), so the registration is in place before the task can end. When no
 registration is possible (no Attach stream, the stream broke), the block commits
 synchronously, with everything held for its task.
+
+When the stream ends while this process holds changes (the plugin restarts a killed
+sidecar), it attaches again and names the attempts it holds, and those it answered a
+FLUSH for on the old stream (the answer may have died with the old sidecar): the new
+sidecar knows from its predecessor's journal which of them wait for this process, and
+their FLUSH comes here as before. A FLUSH may ask the worker to retry a commit that Redis
+did not take (an outage), within the flush timeout.
 """
 
 from __future__ import annotations
@@ -26,19 +33,25 @@ import logging
 import os
 import queue
 import threading
+import time
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from taskstate.proto import taskstate_pb2 as pb
 
 from ._commit import Committer, Sender
-from ._errors import TaskStateError
+from ._errors import StorageUnavailableError, TaskStateError
 from ._session import Session
 from ._transport import Transport
 
 log = logging.getLogger("taskstate.client")
 
 Order = pb.AttachOrder
+
+REATTACH_S = 120.0  # how long a process holding changes tries to attach again
+ANSWERS_KEPT = 64  # FLUSH answers kept, to give again on a new stream
+RETRY_SLEEP_S = 1.0  # between commit tries while Redis is away during a flush
 
 
 def changes_can_wait_for_the_flush(ctx: object) -> bool:
@@ -88,9 +101,17 @@ class Held:
 class Attachment:
     """This process's Attach stream to one sidecar, served by a daemon thread."""
 
-    def __init__(self, transport: Transport, buffer: Buffer) -> None:
+    def __init__(
+        self, transport: Transport, buffer: Buffer, held: tuple[int, ...] | None = None
+    ) -> None:
         self.transport = transport
         self.buffer = buffer
+        # named in the hello: attempts registered on an earlier stream (None: a first stream)
+        self.held = held or ()
+        # a stream `Buffer.reattach` opens is retried by it until handed over
+        self.reattaching = held is not None
+        # attempts whose FLUSH this stream answered: the answer may die with the sidecar
+        self.answered: deque[int] = deque(maxlen=ANSWERS_KEPT)
         self.pid = os.getpid()
         self.worker = ""
         self.broken = False
@@ -102,7 +123,7 @@ class Attachment:
         self._thread.start()
 
     def _requests(self) -> Iterator[pb.AttachMessage]:
-        yield pb.AttachMessage(hello=pb.AttachHello(pid=self.pid))
+        yield pb.AttachMessage(hello=pb.AttachHello(pid=self.pid, held=self.held))
         while (msg := self._out.get()) is not None:
             yield msg
 
@@ -117,7 +138,9 @@ class Attachment:
                     if ack is not None:
                         ack.set()
                 elif order.kind == Order.FLUSH:
-                    self._out.put(self.buffer.flush(order.task_attempt))
+                    answer = self.buffer.flush(order.task_attempt, order.retry_ms / 1000)
+                    self.answered.append(order.task_attempt)
+                    self._out.put(answer)
                 elif order.kind == Order.DISCARD:
                     self.buffer.discard(order.task_attempt)
         except Exception as exc:  # the stream ended: the sidecar went away or refused it
@@ -127,6 +150,12 @@ class Attachment:
             self._attached.set()
             for ack in list(self._acks.values()):
                 ack.set()
+        if self.worker and not self.reattaching:  # it had attached: attach again if needed
+            self.buffer.reattach(self)
+
+    def attached(self, timeout_s: float) -> bool:
+        """Wait for the sidecar's ATTACHED; False when the stream ended first."""
+        return self._attached.wait(timeout_s) and not self.broken
 
     def register(self, attempt: int, timeout_s: float) -> bool:
         """Have the sidecar record that this process holds changes of `attempt`."""
@@ -156,6 +185,7 @@ class Buffer:
         self._lock = threading.Lock()
         self._held: dict[int, _Attempt] = {}
         self._attachments: dict[str, Attachment] = {}
+        self._answers: OrderedDict[int, pb.AttachMessage] = OrderedDict()  # attempt -> FLUSH answer
         self._pid = os.getpid()
 
     def _forked(self) -> None:
@@ -167,6 +197,7 @@ class Buffer:
         if os.getpid() != self._pid:
             self._attachments.clear()
             self._held.clear()
+            self._answers.clear()
             self._pid = os.getpid()
 
     def _attachment(self, transport: Transport) -> Attachment:
@@ -240,20 +271,94 @@ class Buffer:
             if entry is not None:
                 entry.tasks.pop(task_id, None)
 
-    def flush(self, attempt: int) -> pb.AttachMessage:
-        """The answer to a FLUSH order: commit everything held for `attempt`."""
+    def flush(self, attempt: int, retry_s: float = 0.0) -> pb.AttachMessage:
+        """The answer to a FLUSH order: commit everything held for `attempt`.
+
+        A commit Redis did not take is tried again for `retry_s` (safe: absolute values
+        under the attempt's epoch). Asked again on a new stream (the old sidecar died before
+        it had the answer), the same answer is given again.
+        """
         with self._lock:
             self._forked()
             entry = self._held.pop(attempt, None)
+            if entry is None and attempt in self._answers:
+                return self._answers[attempt]
+        answer = self._flush(attempt, entry, retry_s)
+        with self._lock:
+            self._answers[attempt] = answer
+            while len(self._answers) > ANSWERS_KEPT:
+                self._answers.popitem(last=False)
+        return answer
+
+    @staticmethod
+    def _flush(attempt: int, entry: _Attempt | None, retry_s: float) -> pb.AttachMessage:
         keys = 0
+        give_up = time.monotonic() + retry_s
+        t0 = time.monotonic()
         try:
             for held in entry.tasks.values() if entry is not None else ():
-                keys += held.commit()
+                while True:
+                    try:
+                        keys += held.commit()
+                        break
+                    except StorageUnavailableError as exc:
+                        if time.monotonic() + RETRY_SLEEP_S >= give_up:
+                            waited = time.monotonic() - t0
+                            raise StorageUnavailableError(
+                                f"Redis did not take the held group changes for {waited:.0f} s "
+                                f"(retried for {retry_s:.0f} s of the flush timeout, "
+                                f"spark.taskstate.flushTimeoutSeconds): {exc}",
+                                exc.task,
+                            ) from None
+                        log.warning("taskstate: Redis did not take a flush, retrying: %s", exc)
+                        time.sleep(RETRY_SLEEP_S)
         except TaskStateError as exc:
             return _result(attempt, False, f"{exc.code}: {exc}", keys)
         except Exception as exc:  # never leave the sidecar waiting without an answer
             return _result(attempt, False, f"{type(exc).__name__}: {exc}", keys)
         return _result(attempt, True, "", keys)
+
+    def reattach(self, old: Attachment) -> None:
+        """`old`'s stream ended: attach again, naming what is held, while anything is.
+
+        Runs on `old`'s thread, which has nothing else left to do.
+        """
+        give_up = time.monotonic() + REATTACH_S
+        delay = 0.1
+        while time.monotonic() < give_up:
+            with self._lock:
+                if os.getpid() != self._pid:
+                    return
+                pending = [n for n, e in self._held.items() if e.attachment.broken]
+                carried = [n for n in old.answered if n not in pending]
+                if not pending and not carried:
+                    return  # nothing waits for a flush: the next block attaches as usual
+            new = Attachment(old.transport, self, tuple(pending + carried))
+            new.answered.extend(carried)
+            if new.attached(old.transport.timeout_s):
+                with self._lock:
+                    new.reattaching = False  # from now on it attaches again itself
+                    self._attachments[old.transport.target] = new
+                    for n in pending:
+                        e = self._held.get(n)
+                        if e is not None and e.attachment.broken:
+                            e.attachment = new
+                log.warning(
+                    "taskstate: attached again to %s, holding group changes of task attempts %s",
+                    old.transport.target,
+                    pending,
+                )
+                if new.broken:  # it ended while we handed over: its own thread missed it
+                    continue
+                return
+            time.sleep(delay)
+            delay = min(1.0, delay * 2)
+        log.error(
+            "taskstate: could not attach again to %s within %.0f s: the held group changes "
+            "cannot be flushed (the executor plugin stops the executor)",
+            old.transport.target,
+            REATTACH_S,
+        )
 
     def discard(self, attempt: int) -> None:
         """The attempt failed: forget its changes, and the copies they were merged into."""

@@ -53,6 +53,10 @@ class GrpcWire:
                 ("grpc.max_send_message_length", max_message_bytes),
                 ("grpc.max_receive_message_length", max_message_bytes),
                 ("grpc.enable_retries", 0),
+                # a restarted sidecar (the plugin replaces a killed one in about a second)
+                # is reached within a second, not after gRPC's backoff of up to 120 s
+                ("grpc.initial_reconnect_backoff_ms", 200),
+                ("grpc.max_reconnect_backoff_ms", 1000),
             ],
         )
         self.stub = pb_grpc.TaskStateServiceStub(self.channel)

@@ -557,10 +557,12 @@ class AttachMessage(_message.Message):
     def __init__(self, hello: _Optional[_Union[AttachHello, _Mapping]] = ..., defer: _Optional[_Union[DeferRequest, _Mapping]] = ..., flushed: _Optional[_Union[FlushResult, _Mapping]] = ...) -> None: ...
 
 class AttachHello(_message.Message):
-    __slots__ = ("pid",)
+    __slots__ = ("pid", "held")
     PID_FIELD_NUMBER: _ClassVar[int]
+    HELD_FIELD_NUMBER: _ClassVar[int]
     pid: int
-    def __init__(self, pid: _Optional[int] = ...) -> None: ...
+    held: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, pid: _Optional[int] = ..., held: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class DeferRequest(_message.Message):
     __slots__ = ("request_id", "task_attempt")
@@ -583,7 +585,7 @@ class FlushResult(_message.Message):
     def __init__(self, task_attempt: _Optional[int] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ..., keys: _Optional[int] = ...) -> None: ...
 
 class AttachOrder(_message.Message):
-    __slots__ = ("kind", "task_attempt", "request_id", "worker")
+    __slots__ = ("kind", "task_attempt", "request_id", "worker", "retry_ms")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         ATTACHED: _ClassVar[AttachOrder.Kind]
@@ -598,8 +600,10 @@ class AttachOrder(_message.Message):
     TASK_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
+    RETRY_MS_FIELD_NUMBER: _ClassVar[int]
     kind: AttachOrder.Kind
     task_attempt: int
     request_id: int
     worker: str
-    def __init__(self, kind: _Optional[_Union[AttachOrder.Kind, str]] = ..., task_attempt: _Optional[int] = ..., request_id: _Optional[int] = ..., worker: _Optional[str] = ...) -> None: ...
+    retry_ms: int
+    def __init__(self, kind: _Optional[_Union[AttachOrder.Kind, str]] = ..., task_attempt: _Optional[int] = ..., request_id: _Optional[int] = ..., worker: _Optional[str] = ..., retry_ms: _Optional[int] = ...) -> None: ...

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from . import logs
 from .auth import Authorizer, TokenConfigError
 from .config import SidecarConfig
+from .retry import DEFAULT_DEADLINE_S as DEFAULT_REDIS_DEADLINE_S
 from .server import run
 from .storage.redis.connect import RedisSettings, RedisUrlError, TlsFiles
 
@@ -72,8 +73,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--redis-deadline",
         type=float,
-        default=10.0,
-        help="seconds a Redis call is retried for before the request fails (default 10)",
+        default=DEFAULT_REDIS_DEADLINE_S,
+        help="seconds a Redis call is retried for before the request fails (default "
+        f"{DEFAULT_REDIS_DEADLINE_S:g}: a Redis failover of up to a minute costs a task two "
+        "retries at most)",
     )
     p.add_argument(
         "--durability-timeout-ms",

@@ -11,6 +11,7 @@ from taskstate.proto import codes
 from .auth import Authorizer
 from .errors import SidecarError
 from .flush import DEFAULT_FLUSH_TIMEOUT_S
+from .retry import DEFAULT_DEADLINE_S as DEFAULT_REDIS_DEADLINE_S
 from .storage.redis.connect import RedisSettings, redact
 
 
@@ -26,7 +27,7 @@ class SidecarConfig:
     listen: tuple[str, ...] = field(default_factory=tuple)
     max_message_bytes: int = 64 << 20
     drain_seconds: float = 30.0
-    redis_deadline_s: float = 10.0
+    redis_deadline_s: float = DEFAULT_REDIS_DEADLINE_S
     durability_timeout_ms: int | None = None  # None: 5000, or half the deadline
     log_level: str = "info"
     parent_pid: int | None = None

@@ -15,15 +15,20 @@ sends the task's FINISHED status:
    (fenced by its epoch, durable as the job asked) and answers with a FlushResult.
 4. The barrier answers `OK <keys>` when every one of them committed, else `FAIL
    <reason>`: the plugin then stops the executor before FINISHED can be sent (fail-stop),
-   Spark runs the task again and the retry rolls the batch back. A worker whose stream
-   ended before its flush (killed) makes its attempts fail the same way.
+   Spark runs the task again and the retry rolls the batch back. A Redis outage is
+   waited out first: the workers retry their commits, within the flush timeout. A worker
+   whose stream ended is waited for while its process lives (it attaches again and says
+   which attempts it still holds); one that died makes its attempts fail.
 5. `DISCARD N` (onTaskFailed) tells the workers to drop N's changes.
 6. A FLUSH that succeeds also marks each task attempt N opened here at a batch as
    finished by N (`TaskStore.mark_done`), when N still holds the task's claim; else the
    flush fails: another attempt rolled the batch back meanwhile, so N must not be
    reported done. Once marked, another attempt of the same application that replays the
    batch (a zombie of a failed stage attempt, a speculative copy) keeps the finished
-   state aside, which a later batch restores if that attempt never finishes.
+   state aside, which a later batch restores if that attempt never finishes. Redis that
+   does not answer the mark is waited for within the flush timeout; past it the flush
+   still succeeds, unmarked (the task's changes are durable; the mark only guards
+   against a late attempt replaying the batch: docs/design-notes.md).
 
 The barrier is a line protocol on a Unix socket, so that the plugin needs nothing but the
 JDK; the socket sits beside the gRPC one, owner-only.
@@ -31,9 +36,11 @@ JDK; the socket sits beside the gRPC one, owner-only.
 A sidecar the plugin restarts (the old one was killed) must still answer FLUSH truthfully
 for tasks that ran across the restart. The coordinator therefore writes what a successor
 needs to a journal beside the barrier socket (`Journal`) before it acknowledges it: each
-attempt's Opens at a batch (to be marked finished) and each worker's deferral (a FLUSH of
-that attempt then fails: the new sidecar cannot collect changes held for the old one).
-A task that deferred nothing meets a restart as no failure at all.
+attempt's Opens at a batch (to be marked finished) and each worker's deferral. The
+worker, still alive and still holding its changes, attaches to the new sidecar and names
+the attempts it holds (AttachHello.held); the new sidecar adopts those the journal names
+for that worker, and their FLUSH reaches it as before. Only a worker that died with the
+sidecar leaves an attempt that cannot be flushed.
 """
 
 from __future__ import annotations
@@ -43,14 +50,16 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from taskstate.proto import codes
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto.ids import split_attempt
 
 from . import metrics
+from .errors import SidecarError
 from .journal import Journal
 from .storage.values import TaskKey
 
@@ -60,6 +69,10 @@ Order = pb.AttachOrder
 
 DEFAULT_FLUSH_TIMEOUT_S = 120.0
 OPENED_MAX = 4096  # task attempts whose Opens are remembered until their FLUSH or DISCARD
+# what a worker's last commit try may take past the end of its retries (a Redis deadline),
+# at most a quarter of the flush timeout
+RETRY_MARGIN_S = 30.0
+PID_POLL_S = 0.1  # how often a flush checks that a worker it waits for still lives
 
 MarkDone = Callable[[TaskKey, int, str], Awaitable[bool]]
 
@@ -91,6 +104,10 @@ class FlushCoordinator:
         self._ids = itertools.count(1)
         self._links: dict[str, _Link] = {}
         self._deferred: dict[int, set[str]] = {}  # task attempt -> worker ids
+        # task attempt -> pids of workers that held its changes on a stream that ended
+        # (a restarted sidecar's journal, or a detach): waited for until they attach again
+        self._orphans: dict[int, set[int]] = {}
+        self._attached = asyncio.Event()  # set (and cleared) when a worker adopts attempts
         self._lost: dict[int, str] = {}  # task attempt -> why its changes cannot be flushed
         self._running: set[int] = set()  # task attempts whose FLUSH is under way
         # task attempt -> the tasks it opened here, each at (batch, attempt id SCOPE:N)
@@ -100,11 +117,19 @@ class FlushCoordinator:
 
     def _inherit(self, records: list[list[object]]) -> None:
         """Take over what the killed predecessor's journal says of attempts not ended."""
-        held: dict[int, set[str]] = {}
+        held: set[int] = set()
         for record in records:
             attempt = int(record[1])  # type: ignore[call-overload]
             if record[0] == "deferred":  # whatever else it says, the attempt held changes
-                held.setdefault(attempt, set()).add(str(record[2]) if len(record) > 2 else "?")
+                held.add(attempt)
+                try:
+                    self._orphans.setdefault(attempt, set()).add(int(record[2]))  # type: ignore[call-overload]
+                except (IndexError, ValueError, TypeError):
+                    self._lost[attempt] = (
+                        "the sidecar was restarted during the task while a Python worker "
+                        "held group changes of this task attempt, and its journal does not "
+                        "say which"
+                    )
                 continue
             try:
                 ns, comp, part, batch, attempt_id = record[2:]
@@ -112,16 +137,11 @@ class FlushCoordinator:
                 self._opened.setdefault(attempt, {})[task] = (int(batch), str(attempt_id))  # type: ignore[call-overload]
             except (ValueError, TypeError):
                 log.warning("skipped a malformed Open in the journal", extra={"record": record})
-        for attempt, pids in held.items():
-            self._lost[attempt] = (
-                "the sidecar was restarted during the task while Python worker pid "
-                f"{', '.join(sorted(pids))} held group changes of this task attempt for the "
-                "flush; the new sidecar cannot collect them"
-            )
         if records:
             log.warning(
-                "a restarted sidecar took over the flush barrier's journal",
-                extra={"attempts": len(self._opened.keys() | held.keys()), "held": len(held)},
+                "a restarted sidecar took over the flush barrier's journal; the workers that "
+                "held group changes are waited for until they attach again",
+                extra={"attempts": len(self._opened.keys() | held), "held": len(held)},
             )
 
     def opened(self, task: TaskKey, batch: int | None, attempt_id: str) -> None:
@@ -167,6 +187,7 @@ class FlushCoordinator:
                 kind = msg.WhichOneof("kind")
                 if kind == "hello":
                     link.pid = msg.hello.pid
+                    self._adopt(link, msg.hello.held)
                     link.orders.put_nowait(Order(kind=Order.ATTACHED, worker=link.worker))
                 elif kind == "defer":
                     n = msg.defer.task_attempt
@@ -189,6 +210,29 @@ class FlushCoordinator:
         finally:
             link.orders.put_nowait(None)
 
+    def _adopt(self, link: _Link, held: Iterable[int]) -> None:
+        """A worker attached again: take the attempts it still holds that wait for it."""
+        adopted = []
+        for n in held:
+            pids = self._orphans.get(n)
+            if pids is None or link.pid not in pids:
+                continue  # ended meanwhile (flushed or discarded), or never deferred here
+            pids.discard(link.pid)
+            if not pids:
+                del self._orphans[n]
+            link.attempts.add(n)
+            self._deferred.setdefault(n, set()).add(link.worker)
+            adopted.append(n)
+        if adopted:
+            metrics.DEFERRED_ATTEMPTS.set(len(self._deferred))
+            metrics.WORKERS_REATTACHED.inc()
+            log.warning(
+                "a worker attached again with held group changes; their flush goes on",
+                extra={"pid": link.pid, "attempts": sorted(adopted)},
+            )
+            self._attached.set()
+            self._attached.clear()
+
     def _detach(self, link: _Link) -> None:
         if link.gone:
             return
@@ -197,10 +241,10 @@ class FlushCoordinator:
         for n in link.attempts:
             holders = self._deferred.get(n)
             if holders is not None and link.worker in holders:
-                self._lost[n] = (
-                    f"the Python worker (pid {link.pid}) that held its changes ended before "
-                    "they were flushed"
-                )
+                holders.discard(link.worker)
+                if not holders:
+                    del self._deferred[n]
+                self._orphans.setdefault(n, set()).add(link.pid)  # it may attach again
         for waiter in link.waiting.values():
             if not waiter.done():
                 waiter.set_result(
@@ -235,18 +279,12 @@ class FlushCoordinator:
 
     async def _flush(self, attempt: int) -> tuple[bool, str, int]:
         t0 = time.perf_counter()
-        held, problems, keys = await self._flush_held(attempt)
+        deadline = time.monotonic() + self.timeout_s
+        held, problems, keys = await self._flush_held(attempt, deadline)
         opened = self._opened.pop(attempt, {})
         if not problems and self.mark_done is not None:
             for task, (batch, attempt_id) in opened.items():
-                try:
-                    if not await self.mark_done(task, batch, attempt_id):
-                        problems.append(
-                            f"task {task.fq}: another attempt claimed batch {batch} before "
-                            "this attempt finished (it rolled the batch back)"
-                        )
-                except Exception as exc:  # any failure fails the flush
-                    problems.append(f"task {task.fq}: could not mark batch {batch} done: {exc}")
+                problems += await _mark(self.mark_done, task, batch, attempt_id, deadline)
         ok = not problems
         if ok and self.journal is not None:
             self.journal.ended(attempt)
@@ -265,30 +303,34 @@ class FlushCoordinator:
             )
         return ok, "; ".join(problems), keys
 
-    async def _flush_held(self, attempt: int) -> tuple[bool, list[str], int]:
+    async def _flush_held(self, attempt: int, deadline: float) -> tuple[bool, list[str], int]:
         """Commit everything the workers hold for `attempt`: (anything held, problems, keys)."""
+        problems = await self._wait_for_orphans(attempt, deadline)
         holders = self._deferred.pop(attempt, set())
         lost = self._lost.pop(attempt, None)
         metrics.DEFERRED_ATTEMPTS.set(len(self._deferred))
-        if not holders and lost is None:
+        if not holders and lost is None and not problems:
             return False, [], 0  # nothing deferred: the task committed synchronously, or not at all
-        problems = [lost] if lost else []
+        if lost:
+            problems.insert(0, lost)
         waits: list[tuple[_Link, asyncio.Future[pb.FlushResult]]] = []
         loop = asyncio.get_running_loop()
+        margin = min(RETRY_MARGIN_S, self.timeout_s / 4)
+        retry_ms = int(max(0.0, deadline - time.monotonic() - margin) * 1000)
         for worker in sorted(holders):
             link = self._links.get(worker)
             if link is None:
-                if lost is None:
-                    problems.append(f"worker {worker} is gone")
+                problems.append(f"worker {worker} is gone")
                 continue
             link.attempts.discard(attempt)
             fut: asyncio.Future[pb.FlushResult] = loop.create_future()
             link.waiting[attempt] = fut
-            link.orders.put_nowait(Order(kind=Order.FLUSH, task_attempt=attempt))
+            link.orders.put_nowait(Order(kind=Order.FLUSH, task_attempt=attempt, retry_ms=retry_ms))
             waits.append((link, fut))
         keys = 0
         if waits:
-            done, pending = await asyncio.wait([f for _, f in waits], timeout=self.timeout_s)
+            left = max(0.0, deadline - time.monotonic())
+            done, pending = await asyncio.wait([f for _, f in waits], timeout=left)
             for link, fut in waits:
                 if fut in pending:
                     link.waiting.pop(attempt, None)
@@ -303,9 +345,43 @@ class FlushCoordinator:
                     problems.append(f"worker pid {link.pid}: {r.error}")
         return True, problems, keys
 
+    async def _wait_for_orphans(self, attempt: int, deadline: float) -> list[str]:
+        """Wait, until `deadline`, for the live workers that held `attempt` to attach again.
+
+        A worker whose stream ended (its sidecar was restarted, or the stream broke) attaches
+        again by itself and names what it holds; one whose process is gone cannot.
+        """
+        problems: list[str] = []
+        while pids := self._orphans.get(attempt):
+            for pid in sorted(pids):
+                if not _alive(pid):
+                    pids.discard(pid)
+                    problems.append(
+                        f"the Python worker (pid {pid}) that held its changes ended before "
+                        "they were flushed"
+                    )
+            if not pids:
+                self._orphans.pop(attempt, None)
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self._orphans.pop(attempt, None)
+                problems.append(
+                    f"Python worker pid {', '.join(map(str, sorted(pids)))} held group changes "
+                    f"of this task attempt and did not attach again within {self.timeout_s:g} s "
+                    "(after a sidecar restart or a broken Attach stream)"
+                )
+                break
+            try:
+                await asyncio.wait_for(self._attached.wait(), timeout=min(PID_POLL_S, left))
+            except TimeoutError:
+                pass
+        return problems
+
     def discard(self, attempt: int) -> None:
         """The attempt failed: its workers drop what they hold for it."""
         self._lost.pop(attempt, None)
+        self._orphans.pop(attempt, None)
         self._opened.pop(attempt, None)
         if self.journal is not None:
             self.journal.ended(attempt)
@@ -361,6 +437,59 @@ class BarrierServer:
             return "OK 0\n"
         ok, why, keys = await self.coordinator.flush(attempt)
         return f"OK {keys}\n" if ok else f"FAIL {' '.join(why.split())}\n"
+
+
+async def _mark(
+    mark_done: MarkDone, task: TaskKey, batch: int, attempt_id: str, deadline: float
+) -> list[str]:
+    """Mark `batch` finished by `attempt_id`, waiting out a Redis outage until `deadline`.
+
+    Problems, if any. Redis that stays away past the deadline is no problem: the task's
+    changes are durable, and the mark only guards against a rare race (a late attempt of
+    the application replaying the batch and being killed half-way; docs/design-notes.md),
+    while a fail-stop would cost an executor on every long outage.
+    """
+    t0 = time.monotonic()
+    while True:
+        try:
+            if await mark_done(task, batch, attempt_id):
+                return []
+            return [
+                f"task {task.fq}: another attempt claimed batch {batch} before this "
+                "attempt finished (it rolled the batch back)"
+            ]
+        except SidecarError as exc:
+            if exc.code != codes.STORAGE_UNAVAILABLE or "refused" in str(exc):
+                return [f"task {task.fq}: could not mark batch {batch} done: {exc}"]
+            if time.monotonic() < deadline - 1.0:
+                await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic() - 1.0)))
+                continue
+            metrics.UNMARKED_BATCHES.inc()
+            log.error(
+                "Redis did not answer for the flush timeout: the task's batch is not "
+                "marked finished, and its task is reported done anyway (its changes "
+                "are durable)",
+                extra={
+                    "task": task.fq,
+                    "batch": batch,
+                    "waited_s": round(time.monotonic() - t0, 1),
+                    "error": str(exc),
+                },
+            )
+            return []
+        except Exception as exc:  # any other failure fails the flush
+            return [f"task {task.fq}: could not mark batch {batch} done: {exc}"]
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists (the workers are the executor's, on this host)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True
 
 
 def _is_int(text: str) -> bool:

@@ -199,6 +199,31 @@ DEFERRED_ATTEMPTS = Gauge(
     "Task attempts whose group changes are held in Python workers, waiting for the flush.",
     registry=REGISTRY,
 )
+UNMARKED_BATCHES = Counter(
+    "taskstate_unmarked_batches",
+    "Task attempts reported done without their batch marked finished: Redis did not answer "
+    "the mark within the flush timeout (their changes were durable).",
+    registry=REGISTRY,
+)
+WORKERS_REATTACHED = Counter(
+    "taskstate_workers_reattached",
+    "Python workers that attached again with held group changes (after a sidecar restart "
+    "or a broken Attach stream), so that their flush went on.",
+    registry=REGISTRY,
+)
+REDIS_WAIT_SECONDS = Counter(
+    "taskstate_redis_wait_seconds",
+    "Time Redis calls spent waiting for Redis (calls that were retried or never answered), "
+    "from their start to their success or their deadline, by operation.",
+    ["op"],
+    registry=REGISTRY,
+)
+REDIS_OUTAGES_RIDDEN = Counter(
+    "taskstate_redis_outages_ridden",
+    "Redis calls that failed, waited and then succeeded within their deadline, by operation.",
+    ["op"],
+    registry=REGISTRY,
+)
 REDIS_RETRIES = Counter(
     "taskstate_redis_retries",
     "Redis calls retried after an error that is safe to retry, by operation.",

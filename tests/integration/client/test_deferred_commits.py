@@ -228,13 +228,16 @@ def test_a_zombie_attempts_flush_is_fenced(
     assert stored(redis_server, namespace, int) == {f"g{i}": 5 for i in range(20)}
 
 
-def test_redis_unavailable_during_the_flush_fails_it(
+def test_redis_unavailable_during_the_flush_is_waited_out(
     barrier_sidecar: tuple[SidecarProcess, Path], redis_server: RedisServer, namespace: str
 ) -> None:
+    """An outage shorter than the flush timeout costs the task's end its length, no more."""
     side, barrier = barrier_sidecar
+    before = side.metrics()
     ctx = plugin_ctx(0, batch_id=1)
     groups(ctx, side.target, namespace, 30)
-    # Redis busy for 4 s: longer than the sidecar's --redis-deadline (1 s)
+    # Redis busy for 4 s: longer than the sidecar's --redis-deadline (1 s), shorter than
+    # the flush timeout (20 s)
     sleeper = threading.Thread(
         target=lambda: redis_server.client().execute_command("DEBUG", "SLEEP", 4)
     )
@@ -244,14 +247,47 @@ def test_redis_unavailable_during_the_flush_fails_it(
         answer = ask(barrier, f"FLUSH {ctx.taskAttemptId()}")
     finally:
         sleeper.join()
-    assert answer.startswith("FAIL ") and "STORAGE_UNAVAILABLE" in answer, answer
-    # a write that timed out may still have been applied when Redis woke: all or nothing
-    assert stored(redis_server, namespace, int) in ({"g0": 1}, {f"g{i}": 1 for i in range(30)})
-    # the executor stops; the retry elsewhere counts every group once
-    retry = plugin_ctx(0, batch_id=1, attempt=1)
-    with worker_pool(side.target, namespace, 1) as (w,):
-        assert w.call("groups", retry, {f"g{i}": 1 for i in range(30)})
-        assert ask(barrier, f"FLUSH {retry.taskAttemptId()}") == "OK 29"
+    assert answer == "OK 29"
+    assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(30)}
+    after = side.metrics()
+    waited = sum(v for k, v in after.items() if k.startswith("taskstate_redis_wait_seconds"))
+    waited -= sum(v for k, v in before.items() if k.startswith("taskstate_redis_wait_seconds"))
+    assert waited > 1.0, after  # seen in the metrics: time spent waiting for Redis
+
+
+def test_redis_unavailable_past_the_flush_timeout_fails_it_naming_the_outage(
+    redis_server: RedisServer, namespace: str, tmp_path: Path
+) -> None:
+    barrier = tmp_path / "b.sock"
+    with SidecarProcess(
+        redis_server.url,
+        tmp_path / "s.sock",
+        extra=["--barrier", str(barrier), "--flush-timeout", "4", "--redis-deadline", "1"],
+    ) as side:
+        ctx = plugin_ctx(0, batch_id=1)
+        groups(ctx, side.target, namespace, 30)
+        sleeper = threading.Thread(
+            target=lambda: redis_server.client().execute_command("DEBUG", "SLEEP", 7)
+        )
+        sleeper.start()
+        redis_blocked(redis_server.socket)
+        try:
+            answer = ask(barrier, f"FLUSH {ctx.taskAttemptId()}")
+        finally:
+            sleeper.join()
+        assert answer.startswith("FAIL ") and "STORAGE_UNAVAILABLE" in answer, answer
+        assert "Redis did not take the held group changes for" in answer, answer
+        assert "spark.taskstate.flushTimeoutSeconds" in answer, answer
+        # a write that timed out may still have been applied when Redis woke: all or nothing
+        assert stored(redis_server, namespace, int) in (
+            {"g0": 1},
+            {f"g{i}": 1 for i in range(30)},
+        )
+        # the executor stops; the retry elsewhere counts every group once
+        retry = plugin_ctx(0, batch_id=1, attempt=1)
+        with worker_pool(side.target, namespace, 1) as (w,):
+            assert w.call("groups", retry, {f"g{i}": 1 for i in range(30)})
+            assert ask(barrier, f"FLUSH {retry.taskAttemptId()}") == "OK 29"
     assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(30)}
 
 
@@ -513,3 +549,59 @@ def test_a_task_replaced_while_a_finished_batch_waits_aside_drops_the_copy(
     nxt = plugin_ctx(0, batch_id=6, app_id="app", task_attempt_id=9_000_040)
     with TaskState(nxt, component="c", namespace=namespace, sidecar=side.target) as s:
         assert dict(s) == {"k": 1}
+
+
+@pytest.mark.parametrize("when", ["mid-batch", "during the flush"])
+def test_a_sidecar_restarted_while_a_worker_holds_changes_still_flushes_them(
+    redis_server: RedisServer, namespace: str, tmp_path: Path, when: str
+) -> None:
+    """The worker, alive with its held changes, attaches to the restarted sidecar.
+
+    Mid-batch: the sidecar is SIGKILLed after the worker registered its changes. During the
+    flush: it is SIGKILLed when the worker receives the FLUSH order, so that the worker's
+    answer dies with it and the plugin asks the new sidecar again.
+    """
+    from taskstate.testing.worker import before_flush
+
+    barrier = tmp_path / "b.sock"
+    side = SidecarProcess(
+        redis_server.url,
+        tmp_path / "s.sock",
+        extra=["--barrier", str(barrier), "--flush-timeout", "30", "--metrics-port", "0"],
+    ).start()
+    try:
+        ctx = plugin_ctx(0, batch_id=1)
+        groups(ctx, side.target, namespace, 50)
+        assert buffer.holds(ctx.taskAttemptId())
+        if when == "mid-batch":
+            side.kill()
+            side.start()
+            groups(ctx, side.target, namespace, 10, start=50)  # later groups, new sidecar
+            answer = ask(barrier, f"FLUSH {ctx.taskAttemptId()}")
+        else:
+            killed = threading.Event()
+
+            def kill_sidecar(attempt: int) -> None:
+                if not killed.is_set():
+                    side.kill()
+                    killed.set()
+
+            restore = buffer.flush
+            before_flush(kill_sidecar)
+            try:
+                # the connection dies with the sidecar: no answer
+                assert ask(barrier, f"FLUSH {ctx.taskAttemptId()}") == ""
+                assert killed.wait(60)
+                side.start()
+                answer = ask(barrier, f"FLUSH {ctx.taskAttemptId()}")  # as the plugin asks again
+            finally:
+                buffer.flush = restore  # type: ignore[method-assign]
+        if when == "mid-batch":  # blocks before the worker attached again committed themselves
+            assert answer.startswith("OK ") and 0 <= int(answer[3:]) <= 59, answer
+        else:  # the answer the worker gave the killed sidecar, given again
+            assert answer == "OK 49", answer
+        n = 60 if when == "mid-batch" else 50
+        assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(n)}
+        assert side.metrics().get("taskstate_workers_reattached_total") == 1
+    finally:
+        side.kill()

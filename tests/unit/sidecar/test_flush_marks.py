@@ -10,27 +10,43 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from taskstate.proto import codes
 from taskstate.proto import taskstate_pb2 as pb
-from taskstate.sidecar import flush
+from taskstate.sidecar import flush, metrics
+from taskstate.sidecar.errors import SidecarError
 from taskstate.sidecar.flush import FlushCoordinator
 from taskstate.sidecar.journal import Journal
 from taskstate.sidecar.storage.values import TaskKey
 
 A, B = TaskKey("ns", "c", 0), TaskKey("ns", "c", 1)
+DOWN = SidecarError(codes.STORAGE_UNAVAILABLE, "Redis did not answer done within 25 s.")
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has ended (a worker killed with its sidecar)."""
+    p = subprocess.Popen([sys.executable, "-c", ""])
+    p.wait()
+    return p.pid
 
 
 class Marks:
-    def __init__(self, answer: bool | Exception = True) -> None:
+    def __init__(self, answer: bool | Exception = True, failures: int = 0) -> None:
         self.answer = answer
+        self.failures = failures  # the first calls raise DOWN (Redis away)
         self.calls: list[tuple[TaskKey, int, str]] = []
 
     async def __call__(self, task: TaskKey, batch: int, attempt: str) -> bool:
         self.calls.append((task, batch, attempt))
+        if self.failures:
+            self.failures -= 1
+            raise DOWN
         if isinstance(self.answer, Exception):
             raise self.answer
         return self.answer
@@ -61,6 +77,33 @@ def test_a_refused_or_failed_mark_fails_the_flush() -> None:
     fc.opened(A, 4, "app:7")
     ok, why, _ = asyncio.run(fc.flush(7))
     assert not ok and "could not mark batch 4 done: Redis is down" in why
+
+
+def test_a_mark_waits_for_redis_within_the_flush_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redis away at the task's end is waited out: the mark lands when it is back."""
+    monkeypatch.setattr(asyncio, "sleep", _no_sleep)
+    marks = Marks(failures=3)
+    fc = FlushCoordinator(mark_done=marks, timeout_s=60)
+    fc.opened(A, 4, "app:7")
+    assert asyncio.run(fc.flush(7)) == (True, "", 0)
+    assert len(marks.calls) == 4
+
+
+def test_redis_away_past_the_flush_timeout_leaves_the_batch_unmarked_not_the_executor_stopped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The task's changes are durable: a task that deferred nothing is never fail-stopped."""
+    before = metrics.UNMARKED_BATCHES._value.get()
+    fc = FlushCoordinator(mark_done=Marks(DOWN), timeout_s=0.5)
+    fc.opened(A, 4, "app:7")
+    with caplog.at_level(logging.ERROR, logger="taskstate.sidecar.flush"):
+        assert asyncio.run(fc.flush(7)) == (True, "", 0)
+    assert metrics.UNMARKED_BATCHES._value.get() == before + 1
+    assert "not marked finished" in caplog.text
+
+
+async def _no_sleep(_: float) -> None:
+    return None
 
 
 def test_discard_forgets_and_the_oldest_attempt_is_forgotten_past_the_bound(
@@ -102,12 +145,14 @@ async def _defer(fc: FlushCoordinator, pid: int, attempt: int) -> None:
 def test_a_restarted_sidecar_fails_only_the_flushes_of_attempts_that_held_changes(
     tmp_path: Path,
 ) -> None:
-    """What the killed sidecar journaled: held changes fail their FLUSH, Opens get marked."""
+    """What the killed sidecar journaled: changes held by a worker that died with it fail
+    their FLUSH, Opens get marked."""
     path = tmp_path / "jvm-1.barrier.journal"
+    dead = _dead_pid()
     killed = FlushCoordinator(mark_done=Marks(), journal=Journal(path))
     killed.opened(A, 4, "app:7")  # a one-block task: deferred nothing
-    killed.opened(B, 4, "app:8")  # a group task whose worker 4242 held changes
-    asyncio.run(_defer(killed, 4242, 8))
+    killed.opened(B, 4, "app:8")  # a group task whose worker held changes, then died
+    asyncio.run(_defer(killed, dead, 8))
     killed.opened(A, 5, "app:9")
     killed.discard(9)  # ended: its successor need not know it
     marks = Marks()
@@ -116,7 +161,7 @@ def test_a_restarted_sidecar_fails_only_the_flushes_of_attempts_that_held_change
     assert marks.calls == [(A, 4, "app:7")]  # still marked finished, by the successor
     ok, why, _ = asyncio.run(successor.flush(8))
     assert not ok
-    assert "the sidecar was restarted during the task while Python worker pid 4242" in why
+    assert f"the Python worker (pid {dead}) that held its changes ended before they were" in why
     assert asyncio.run(successor.flush(9)) == (True, "", 0) and len(marks.calls) == 1
     third = FlushCoordinator(mark_done=marks, journal=Journal(path))
     assert not asyncio.run(third.flush(8))[0]  # a failed flush is failed again when re-asked
@@ -154,11 +199,60 @@ def test_the_bound_on_opens_keeps_a_deferral_in_the_journal(
     path = tmp_path / "j"
     fc = FlushCoordinator(mark_done=Marks(), journal=Journal(path, compact_bytes=1))
     fc.opened(A, 4, "app:7")
-    asyncio.run(_defer(fc, 4242, 7))
+    dead = _dead_pid()
+    asyncio.run(_defer(fc, dead, 7))
     for n in (8, 9, 10):  # 7's Opens fall past the bound; each append rewrites the file
         fc.opened(A, 4, f"app:{n}")
     ok, why, _ = asyncio.run(FlushCoordinator(journal=Journal(path)).flush(7))
-    assert not ok and "Python worker pid 4242" in why
+    assert not ok and f"Python worker (pid {dead})" in why
+
+
+def test_a_worker_that_attaches_again_to_a_restarted_sidecar_is_flushed(tmp_path: Path) -> None:
+    """The worker lives on with its held changes: the successor adopts what it names."""
+    path = tmp_path / "j"
+    pid = os.getpid()  # a live worker
+    killed = FlushCoordinator(mark_done=Marks(), journal=Journal(path))
+    killed.opened(B, 4, "app:8")
+    asyncio.run(_defer(killed, pid, 8))
+    marks = Marks()
+    successor = FlushCoordinator(mark_done=marks, journal=Journal(path), timeout_s=30)
+
+    async def flush_after_reattach() -> tuple[tuple[bool, str, int], pb.AttachOrder]:
+        answer = asyncio.create_task(successor.flush(8))  # the plugin asks before it attaches
+        await asyncio.sleep(0.3)
+        assert not answer.done()  # it waits for the live worker
+        requests: asyncio.Queue[pb.AttachMessage] = asyncio.Queue()
+
+        async def stream() -> AsyncIterator[pb.AttachMessage]:
+            while True:
+                yield await requests.get()
+
+        orders = successor.attach(stream())
+        # 9: an attempt it answered on the old stream, which the journal ended: ignored
+        requests.put_nowait(pb.AttachMessage(hello=pb.AttachHello(pid=pid, held=[8, 9])))
+        assert (await anext(orders)).kind == pb.AttachOrder.ATTACHED
+        order = await anext(orders)
+        requests.put_nowait(
+            pb.AttachMessage(flushed=pb.FlushResult(task_attempt=8, ok=True, keys=3))
+        )
+        return await answer, order
+
+    result, order = asyncio.run(flush_after_reattach())
+    assert order.kind == pb.AttachOrder.FLUSH and order.task_attempt == 8
+    assert 20_000 < order.retry_ms <= 22_500  # 30 s, less its quarter for the last try
+    assert result == (True, "", 3)
+    assert marks.calls == [(B, 4, "app:8")]
+
+
+def test_a_live_worker_that_never_attaches_again_fails_the_flush_at_the_timeout(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "j"
+    killed = FlushCoordinator(journal=Journal(path))
+    asyncio.run(_defer(killed, os.getpid(), 8))
+    ok, why, _ = asyncio.run(FlushCoordinator(journal=Journal(path), timeout_s=0.5).flush(8))
+    assert not ok and f"Python worker pid {os.getpid()} held group changes" in why
+    assert "did not attach again within 0.5 s" in why
 
 
 def test_a_flush_asked_again_while_it_runs_fails(tmp_path: Path) -> None:
