@@ -67,6 +67,44 @@ def maybe_fault(opts: JobOptions, batch: int, part: int) -> None:
             time.sleep(0.05)
 
 
+# -- Redis outages at a chosen moment of a task ------------------------------------------
+
+OUTAGE_MOMENTS = ("open", "mid", "commit", "end")
+"""Where `--outages BATCH:MOMENT,...` lets the test break Redis, in partition 0's task:
+before its Open (`open`), after it and before its reads (`mid`), before its commit
+(`commit`), and after its commit, as the task ends (`end`: the plugin's flush and batch
+mark). The task writes `outage-B-MOMENT` in the fault directory and waits for
+`outage-B-MOMENT.go`, which the test writes once Redis is down; how long Redis stays
+down is the test's to say."""
+
+
+def parse_outages(text: str) -> tuple[tuple[int, str], ...]:
+    """`"1:open,2:end"` -> ((1, "open"), (2, "end"))."""
+    plan = []
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        batch, _, moment = item.partition(":")
+        if not batch.isdigit() or moment not in OUTAGE_MOMENTS:
+            raise ValueError(
+                f"bad outage {item!r}: expected BATCH:MOMENT, "
+                f"MOMENT one of {', '.join(OUTAGE_MOMENTS)}"
+            )
+        plan.append((int(batch), moment))
+    return tuple(plan)
+
+
+def maybe_outage(opts: JobOptions, batch: int, part: int, moment: str) -> None:
+    """At `moment` of partition 0's task in a batch with an outage: wait for the test."""
+    if part != 0 or not opts.fault_dir or (batch, moment) not in opts.outages:
+        return
+    name = f"outage-{batch}-{moment}"
+    if not once(opts.fault_dir, name):
+        return
+    go = Path(opts.fault_dir) / f"{name}.go"
+    deadline = time.monotonic() + 600
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 # -- faults around the executor plugin's flush of held group changes -------------------
 
 GROUP_FAULTS = (

@@ -37,7 +37,14 @@ from taskstate.sidecar.storage.redis.keys import data_key
 from taskstate.spark_plugin import compat
 from taskstate.testing.worker import held_version, holds_deferred, task_attempt, task_identity
 
-from .faults import maybe_block_fault, maybe_fault, maybe_group_fault, parse_group_faults
+from .faults import (
+    maybe_block_fault,
+    maybe_fault,
+    maybe_group_fault,
+    maybe_outage,
+    parse_group_faults,
+    parse_outages,
+)
 
 COMPONENT = "running-totals"
 SOURCE_NAME = "taskstate_example_events"
@@ -199,6 +206,7 @@ class JobOptions:
     hold_at: int = -1
     fault_dir: str = ""
     group_faults: tuple[tuple[int, str], ...] = ()  # (batch, kind): see faults.GROUP_FAULTS
+    outages: tuple[tuple[int, str], ...] = ()  # (batch, moment): see faults.OUTAGE_MOMENTS
     redis_url: str = ""  # for the `redis` group fault
     # TaskState(partitions=...): the repartition count, and the shuffle's (the same here)
     partitions: int | None = None
@@ -315,14 +323,18 @@ def _update_frames(opts: JobOptions, frames: Iterator[Any]) -> Any:
         for f in frames
         for e in f[["event_id", "key", "value"]].itertuples(index=False, name=None)
     ]
+    maybe_outage(opts, batch, part, "open")
     s = opts.open(ctx, part)
+    maybe_outage(opts, batch, part, "mid")
     rows = apply_events(s, events, batch, part)
     maybe_block_fault(opts, batch, part, "block")
+    maybe_outage(opts, batch, part, "commit")
     close(s)
     maybe_block_fault(opts, batch, part, "task")
     record_deferred(opts, s)
     maybe_group_fault(opts, s, batch, part)
     maybe_fault(opts, batch, part)
+    maybe_outage(opts, batch, part, "end")
     return pd.DataFrame(rows, columns=OUT_COLUMNS)
 
 
@@ -365,8 +377,9 @@ def processor_class(opts: JobOptions, pandas: bool) -> Any:
                 # init() also runs once on the driver (Spark's pre-init, no task).
                 held = None
                 if _in_task():
-                    _, _, part = task_info()
+                    _, batch, part = task_info()
                     held = held_version(fq_task_id(opts.namespace, COMPONENT, part))
+                    maybe_outage(opts, batch, part, "open")
                 super().init(handle)
                 record_open(opts, self.state, held)
 
@@ -381,6 +394,7 @@ def processor_class(opts: JobOptions, pandas: bool) -> Any:
                 ]
             else:
                 events = [(r.event_id, r.key, r.value) for r in rows]
+            maybe_outage(opts, batch, part, "mid")
             out = apply_events(s, events, batch, part)
             if pandas:
                 import pandas as pd
@@ -392,10 +406,14 @@ def processor_class(opts: JobOptions, pandas: bool) -> Any:
 
         def close(self) -> None:
             was_open = self.state is not None
+            if was_open and _in_task():
+                _, batch, part = task_info()
+                maybe_outage(opts, batch, part, "commit")
             super().close()
             if (was_open or opts.state == "dict") and _in_task():
                 _, batch, part = task_info()
                 maybe_fault(opts, batch, part)
+                maybe_outage(opts, batch, part, "end")
 
     return Totals
 
@@ -412,10 +430,14 @@ def rows_fn(opts: JobOptions) -> Any:
     def update(rows: Iterator[Any]) -> Iterator[tuple[Any, ...]]:
         ctx, batch, part = task_info()
         events = [(r.event_id, r.key, r.value) for r in rows]
+        maybe_outage(opts, batch, part, "open")
         s = opts.open(ctx, part)
+        maybe_outage(opts, batch, part, "mid")
         out = apply_events(s, events, batch, part)
+        maybe_outage(opts, batch, part, "commit")
         close(s)
         maybe_fault(opts, batch, part)
+        maybe_outage(opts, batch, part, "end")
         yield from out
 
     return update
@@ -545,6 +567,7 @@ def run_query(args: argparse.Namespace) -> int:
         hold_at=args.hold_at,
         fault_dir=args.fault_dir,
         group_faults=parse_group_faults(args.group_faults or ""),
+        outages=parse_outages(args.outages or ""),
         redis_url=args.redis_url or "",
         # repartition(P) and spark.sql.shuffle.partitions=P: every API's count is P
         partitions=args.partitions,

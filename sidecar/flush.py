@@ -450,6 +450,7 @@ async def _mark(
     while a fail-stop would cost an executor on every long outage.
     """
     t0 = time.monotonic()
+    waited = False
     while True:
         try:
             if await mark_done(task, batch, attempt_id):
@@ -462,6 +463,12 @@ async def _mark(
             if exc.code != codes.STORAGE_UNAVAILABLE or "refused" in str(exc):
                 return [f"task {task.fq}: could not mark batch {batch} done: {exc}"]
             if time.monotonic() < deadline - 1.0:
+                if not waited:
+                    waited = True
+                    log.warning(
+                        "the batch mark waits for Redis, up to the flush timeout",
+                        extra={"task": task.fq, "batch": batch, "error": str(exc)},
+                    )
                 await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic() - 1.0)))
                 continue
             metrics.UNMARKED_BATCHES.inc()

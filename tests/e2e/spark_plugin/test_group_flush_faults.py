@@ -14,8 +14,10 @@ partition 0 of batches 1 to 5 a fault strikes around that flush:
 5. the whole query is SIGKILLed during the flush and restarted from its checkpoint.
 
 Every batch's output and the final state must equal what the events give counted once,
-computed without Spark; and where the flush failed, the executor must have stopped
-(the plugin's fail-stop) before the task could be reported done.
+computed without Spark. Where the changes could not become durable (the worker died
+with them), the executor must have stopped (the plugin's fail-stop) before the task
+could be reported done; a restarted sidecar and a Redis stall shorter than the flush
+timeout are waited out, and stop nothing.
 """
 
 from __future__ import annotations
@@ -94,6 +96,7 @@ def run(
         "--group-faults", ",".join(f"{b}:{kind}" for b, kind in PLAN.items()),
         # a Redis stall of faults.REDIS_STALL_S outlasts the sidecars' deadline
         "--conf", "spark.taskstate.sidecar.extraArgs=--redis-deadline 2",
+        "--conf", f"spark.taskstate.runDir={workdir / 'sidecars'}",
     ]  # fmt: skip
     runner = Runner(workdir, redis_server.url, "", ns)
     faults = workdir / RUN / "faults"
@@ -119,6 +122,9 @@ def run(
         "namespace": f"{ns.namespace_prefix}-{RUN}",
         "executor_logs": _executor_logs(faults),
         "driver_log": (workdir / RUN / "query.log").read_text(errors="replace"),
+        "sidecar_logs": "\n".join(
+            p.read_text(errors="replace") for p in sorted((workdir / "sidecars").glob("jvm-*.log"))
+        ),
     }
 
 
@@ -172,36 +178,37 @@ def test_a_worker_killed_before_its_flush_stopped_the_executor(run: dict[str, An
     assert lines, _fail_stops(run) or run["executor_logs"][-3000:]
 
 
-def test_a_sidecar_restarted_during_the_task_stopped_the_executor(run: dict[str, Any]) -> None:
-    """The faulted task itself (partition 0) stopped its executor: its worker held changes.
+def test_a_sidecar_restarted_during_the_task_cost_no_executor(run: dict[str, Any]) -> None:
+    """The worker, alive and holding its changes, attached to the restarted sidecar.
 
-    The plugin waits for the restarted sidecar, which knows from the killed one's journal
-    which worker held the attempt's group changes, and fails the flush naming it. (Once a
-    FLUSH answered by a new sidecar that knew nothing passed, and the held groups were
-    lost.)
+    The new sidecar knew from the killed one's journal that the worker held the attempt's
+    group changes, waited for it to attach again, and flushed them as before. (Once a FLUSH
+    answered by a new sidecar that knew nothing passed, and the held groups were lost;
+    later such a task stopped its executor.)
     """
-    why = "the sidecar was restarted during the task while Python worker pid "
-    lines = [s for s in _fail_stops(run) if "partition 0" in s and why in s]
-    assert lines and "held group changes of this task attempt" in lines[0], _fail_stops(run)
+    assert "a worker attached again with held group changes" in run["sidecar_logs"]
+    assert not [s for s in _fail_stops(run) if "attach again" in s or "restarted" in s]
 
 
-def test_each_fail_stop_ended_its_executor_with_status_70(run: dict[str, Any]) -> None:
-    """The driver saw the executors of the worker, sidecar and Redis faults exit with 70."""
+def test_only_the_worker_killed_with_its_changes_stopped_an_executor(run: dict[str, Any]) -> None:
+    """The driver saw the worker fault's executor exit with 70, and no other fail-stop."""
     codes = re.findall(r"Lost executor \d+ on [^:]+: Command exited with code (\d+)",
                        run["driver_log"])  # fmt: skip
-    assert codes.count("70") >= 3, codes
+    assert codes.count("70") >= 1, codes
+    assert all("worker ended" in s for s in _fail_stops(run)), _fail_stops(run)
 
 
-def test_redis_unavailable_during_the_flush_stopped_the_executor(run: dict[str, Any]) -> None:
-    """The task was not reported successful: the executor stopped before FINISHED."""
-    lines = [s for s in _fail_stops(run) if "partition 0" in s and "STORAGE_UNAVAILABLE" in s]
-    assert lines, _fail_stops(run)
+def test_a_redis_stall_during_the_flush_was_waited_out(run: dict[str, Any]) -> None:
+    """The worker retried its held commit until Redis answered; nothing stopped."""
+    assert "Redis did not take a flush, retrying" in run["executor_logs"]
+    assert not [s for s in _fail_stops(run) if "STORAGE_UNAVAILABLE" in s], _fail_stops(run)
 
 
 def test_each_fault_made_the_retry_roll_the_batch_back(
     run: dict[str, Any], redis_server: RedisServer
 ) -> None:
-    """Partition 0's first group committed before each fault; each retry undid it."""
+    """Partition 0's first group committed before each fault that cost the task; each
+    retry undid it (the worker, executor and restart faults: the others cost nothing)."""
     c: redis.Redis = redis_server.client()
     rollbacks = int(c.hget(meta_key(run["namespace"], COMPONENT, 0), "rollbacks") or 0)
-    assert rollbacks >= len(PLAN), rollbacks
+    assert rollbacks >= 3, rollbacks

@@ -1,0 +1,288 @@
+"""Redis outages of 15 to 60 s at each moment of a task cost no executor, with the plugin.
+
+Each streaming query runs on `local-cluster[2,1,1024]` with the executor plugin and its
+sidecars at their default settings (`--redis-deadline`, the flush timeout) and Spark's
+default `spark.task.maxFailures` (4), against a redis-server with `appendonly yes`
+(`appendfsync always`). In partition 0 of chosen batches the task stops at a moment
+(before its Open, before its reads, before its commit, at its end: the plugin's flush and
+batch mark) and waits while this test breaks Redis: SIGSTOP (a hung server, as in a
+failover) or SIGKILL and a restart from the AOF. The test keeps Redis down for the
+outage's length, measured here, then lets it go on. Nothing in these jobs defers changes
+(one block per task, or a processor that commits at close), so nothing may fail-stop.
+
+The queries run at the same time, each against a Redis of its own: the outages are
+waiting, not work. Each test checks one property of every query: exact output, exact
+state, the same executors at the end as at the start, no fail-stop, and that the outage
+at the task's end met the batch mark (the sidecars' logs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from taskstate.demo.example import Runner, build_parser
+from taskstate.demo.jobs import (
+    expected_rows,
+    expected_state,
+    read_output,
+    read_state,
+    without_partition,
+)
+from taskstate.testing import RedisServer, find_redis_server
+
+from ..conftest import api_params
+
+pytestmark = pytest.mark.e2e
+
+PER_BATCH, KEYS, PARTS = 100, 200, 4
+
+
+@dataclass(frozen=True)
+class Outage:
+    """Redis down at `moment` of partition 0's task in `batch` for `seconds`."""
+
+    batch: int
+    moment: str  # faults.OUTAGE_MOMENTS
+    seconds: float
+    kind: str  # "stop" (SIGSTOP, then SIGCONT) or "kill" (SIGKILL, then a restart)
+
+
+# mapInPandas meets every moment, at every length, both kinds; the other APIs the
+# outage that cost executors (the task's end) and a failover at the commit and the Open.
+PLANS: dict[str, tuple[Outage, ...]] = {
+    "mapInPandas": (
+        Outage(1, "open", 15, "stop"),
+        Outage(2, "mid", 30, "kill"),
+        Outage(3, "commit", 60, "stop"),
+        Outage(4, "end", 60, "stop"),
+        Outage(5, "end", 30, "kill"),
+        Outage(6, "open", 60, "kill"),
+        Outage(7, "commit", 15, "kill"),
+        Outage(8, "mid", 60, "stop"),
+    ),
+    "foreachBatch-mapPartitions": (
+        Outage(1, "end", 60, "stop"),
+        Outage(2, "commit", 30, "kill"),
+        Outage(3, "open", 15, "stop"),
+    ),
+    "foreachBatch-foreachPartition": (
+        Outage(1, "end", 60, "kill"),
+        Outage(2, "mid", 30, "stop"),
+        Outage(3, "commit", 15, "stop"),
+    ),
+    "transformWithStateInPandas": (
+        Outage(1, "end", 60, "stop"),
+        Outage(2, "commit", 30, "kill"),
+        Outage(3, "open", 15, "kill"),
+    ),
+}
+
+
+@dataclass
+class Result:
+    api: str
+    rows: list[tuple[Any, ...]]
+    state: dict[str, Any]
+    batches: int
+    held: list[tuple[Outage, float]]  # each outage and how long Redis was down, measured
+    executor_dirs: list[str]
+    executor_logs: str
+    driver_log: str
+    sidecar_logs: str
+
+
+def _broken(redis: RedisServer, outage: Outage) -> None:
+    assert redis.proc is not None
+    if outage.kind == "stop":
+        os.kill(redis.proc.pid, signal.SIGSTOP)
+    else:
+        redis.kill(signal.SIGKILL)
+
+
+def _mended(redis: RedisServer, outage: Outage) -> None:
+    if outage.kind == "stop":
+        assert redis.proc is not None
+        os.kill(redis.proc.pid, signal.SIGCONT)
+    else:
+        redis.start(timeout=60)
+
+
+def _run(api: str, workdir: Path, plugin_jar: str) -> Result:
+    """One query through its outages, against a Redis of its own."""
+    plan = PLANS[api]
+    batches = max(o.batch for o in plan) + 2
+    redis = RedisServer(workdir / "redis", appendonly=True, fsync_always=True).start()
+    prefix = f"outage-{uuid.uuid4().hex[:6]}"
+    ns = build_parser().parse_args([
+        "--api", api, "--batches", str(batches), "--events-per-batch", str(PER_BATCH),
+        "--keys", str(KEYS), "--partitions", str(PARTS),
+        "--master", "local-cluster[2,1,1024]", "--namespace-prefix", prefix,
+    ])  # fmt: skip
+    run_dir = workdir / "sidecars"
+    extra = [
+        "--plugin-jar", plugin_jar, "--redis-url", redis.url,
+        "--outages", ",".join(f"{o.batch}:{o.moment}" for o in plan),
+        "--conf", f"spark.taskstate.runDir={run_dir}",
+    ]  # fmt: skip
+    runner = Runner(workdir, redis.url, "", ns)
+    faults = workdir / "run" / "faults"
+    held: list[tuple[Outage, float]] = []
+    try:
+        proc = runner.start("run", "taskstate", extra, sidecar="")
+        for outage in plan:
+            marker = faults / f"outage-{outage.batch}-{outage.moment}"
+            deadline = time.monotonic() + 900
+            while not marker.exists():
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    runner.wait(proc, "run")
+                    raise RuntimeError(f"{api}: the query ended before {marker.name}")
+                time.sleep(0.05)
+            t0 = time.monotonic()
+            _broken(redis, outage)
+            marker.with_name(marker.name + ".go").write_text("")
+            while time.monotonic() - t0 < outage.seconds:
+                time.sleep(0.05)
+            _mended(redis, outage)
+            held.append((outage, time.monotonic() - t0))
+        runner.wait(proc, "run", timeout=1200)
+        namespace = f"{prefix}-run"
+        return Result(
+            api=api,
+            rows=read_output(workdir / "run" / "out"),
+            state=read_state(redis.url, namespace, PARTS),
+            batches=batches,
+            held=held,
+            executor_dirs=_executor_dirs(faults),
+            executor_logs=_executor_logs(faults),
+            driver_log=(workdir / "run" / "query.log").read_text(errors="replace"),
+            sidecar_logs="\n".join(
+                p.read_text(errors="replace") for p in sorted(run_dir.glob("jvm-*.log"))
+            ),
+        )
+    finally:
+        runner.kill_all()
+        if redis.proc is not None:
+            os.kill(redis.proc.pid, signal.SIGCONT)  # a stopped server cannot be killed
+        redis.stop()
+
+
+def _work(faults: Path) -> list[Path]:
+    """local-cluster's work directory of each application the run started."""
+    import pyspark
+
+    work = Path(pyspark.__file__).parent / "work"
+    return [work / app for app in (faults / "app-ids").read_text().split()]
+
+
+def _executor_dirs(faults: Path) -> list[str]:
+    return sorted(p.name for app in _work(faults) for p in app.iterdir() if p.is_dir())
+
+
+def _executor_logs(faults: Path) -> str:
+    return "\n".join(
+        p.read_text(errors="replace") for app in _work(faults) for p in sorted(app.glob("*/stderr"))
+    )
+
+
+@pytest.fixture(scope="module")
+def results(
+    spark_ready: None, plugin_jar: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Result | BaseException]]:
+    """Every query through its outages, at the same time."""
+    try:
+        find_redis_server()
+    except FileNotFoundError as exc:
+        pytest.fail(f"redis-server is missing: {exc}", pytrace=False)
+    from taskstate.spark_plugin import compat
+
+    apis = [a for a in PLANS if a not in compat.FEATURES or compat.refusal(a) is None]
+    out: dict[str, Result | BaseException] = {}
+
+    def one(api: str) -> None:
+        try:
+            out[api] = _run(api, tmp_path_factory.mktemp(api.replace("-", "_")), plugin_jar)
+        except BaseException as exc:  # reported by each test of that API
+            out[api] = exc
+
+    threads = [threading.Thread(target=one, args=(api,)) for api in apis]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    yield out
+
+
+def _result(results: dict[str, Result | BaseException], api: str) -> Result:
+    r = results[api]
+    if isinstance(r, BaseException):
+        raise AssertionError(f"{api}: the run failed: {r}") from r
+    return r
+
+
+APIS = api_params(tuple(PLANS))
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_every_outage_lasted_as_long_as_planned(
+    results: dict[str, Result | BaseException], api: str
+) -> None:
+    r = _result(results, api)
+    assert [o for o, _ in r.held] == list(PLANS[api])
+    assert all(secs >= o.seconds for o, secs in r.held), r.held
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_the_output_counts_every_event_once(
+    results: dict[str, Result | BaseException], api: str
+) -> None:
+    r = _result(results, api)
+    want = expected_rows(r.batches, PER_BATCH, KEYS)
+    assert without_partition(r.rows) == want
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_the_state_counts_every_event_once(
+    results: dict[str, Result | BaseException], api: str
+) -> None:
+    r = _result(results, api)
+    assert r.state == expected_state(r.batches, PER_BATCH, KEYS)
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_no_executor_was_lost(results: dict[str, Result | BaseException], api: str) -> None:
+    """The application ends with the two executors it started with, none stopped."""
+    r = _result(results, api)
+    assert r.executor_dirs == ["0", "1"], r.driver_log[-3000:]
+    assert "Lost executor" not in r.driver_log
+    assert "taskstate FAIL-STOP" not in r.executor_logs
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_the_outage_at_the_tasks_end_was_waited_out_at_the_batch_mark(
+    results: dict[str, Result | BaseException], api: str
+) -> None:
+    """The mark met Redis away and waited (the sidecar's log), and no mark was dropped.
+
+    A killed Redis refuses connections (redis-py's retries are logged); a stopped one
+    never answers the first try, which ends at the Redis deadline (the mark's own wait).
+    """
+    r = _result(results, api)
+    records = [json.loads(line) for line in r.sidecar_logs.splitlines() if line.startswith("{")]
+    waits = [
+        x
+        for x in records
+        if x.get("op") == "done" or x.get("msg", "").startswith("the batch mark waits for Redis")
+    ]
+    assert waits, sorted({x.get("msg") for x in records})
+    assert not [x for x in records if "not marked finished" in x.get("msg", "")]
