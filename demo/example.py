@@ -354,6 +354,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hold-at", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--group-faults", default="", help=argparse.SUPPRESS)  # faults.GROUP_FAULTS
     p.add_argument("--outages", default="", help=argparse.SUPPRESS)  # faults.OUTAGE_MOMENTS
+    p.add_argument("--durability", default="applied", help=argparse.SUPPRESS)  # TaskState's
     p.add_argument("--conf", action="append", default=[], help=argparse.SUPPRESS)  # KEY=VALUE
     p.add_argument("--namespace-prefix", default="", help=argparse.SUPPRESS)
     return p

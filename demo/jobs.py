@@ -207,6 +207,7 @@ class JobOptions:
     fault_dir: str = ""
     group_faults: tuple[tuple[int, str], ...] = ()  # (batch, kind): see faults.GROUP_FAULTS
     outages: tuple[tuple[int, str], ...] = ()  # (batch, moment): see faults.OUTAGE_MOMENTS
+    durability: str = "applied"  # TaskState(durability=...)
     redis_url: str = ""  # for the `redis` group fault
     # TaskState(partitions=...): the repartition count, and the shuffle's (the same here)
     partitions: int | None = None
@@ -224,6 +225,7 @@ class JobOptions:
             namespace=self.namespace,
             sidecar=self.sidecar,
             partitions=self.partitions,
+            durability=self.durability,
         ).__enter__()
         record_open(self, s, held)
         return s
@@ -367,6 +369,7 @@ def processor_class(opts: JobOptions, pandas: bool) -> Any:
         namespace = opts.namespace
         sidecar = opts.sidecar
         partitions = opts.partitions
+        durability = opts.durability
 
         def init(self, handle: Any) -> None:
             if opts.state == "dict":
@@ -568,6 +571,7 @@ def run_query(args: argparse.Namespace) -> int:
         fault_dir=args.fault_dir,
         group_faults=parse_group_faults(args.group_faults or ""),
         outages=parse_outages(args.outages or ""),
+        durability=args.durability,
         redis_url=args.redis_url or "",
         # repartition(P) and spark.sql.shuffle.partitions=P: every API's count is P
         partitions=args.partitions,

@@ -366,22 +366,29 @@ class RedisClusterProcs:
 
 
 class RedisSentinelProcs:
-    """A master, one replica and one sentinel watching them (quorum 1)."""
+    """A master, one replica and `sentinels` sentinels watching them (quorum: a majority).
 
-    def __init__(self, workdir: Path | None = None, *, master_name: str = "tsmaster") -> None:
+    One sentinel (quorum 1) by default; three is what a production deployment runs.
+    """
+
+    def __init__(
+        self, workdir: Path | None = None, *, master_name: str = "tsmaster", sentinels: int = 1
+    ) -> None:
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="taskstate-sentinel-"))
         self.master_name = master_name
         self.master = RedisNode(self.workdir / "master")
         self.replica = RedisNode(
             self.workdir / "replica", args=["--replicaof", "127.0.0.1", str(self.master.port)]
         )
-        self.sentinel_port = free_port()
-        self.sentinel_proc: subprocess.Popen[bytes] | None = None
+        self.sentinel_ports = [free_port() for _ in range(sentinels)]
+        self.sentinel_port = self.sentinel_ports[0]
+        self.sentinel_procs: list[subprocess.Popen[bytes]] = []
 
     @property
     def url(self) -> str:
-        """`redis+sentinel://127.0.0.1:PORT/MASTER`."""
-        return f"redis+sentinel://127.0.0.1:{self.sentinel_port}/{self.master_name}"
+        """`redis+sentinel://127.0.0.1:PORT[,127.0.0.1:PORT...]/MASTER`."""
+        hosts = ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
+        return f"redis+sentinel://{hosts}/{self.master_name}"
 
     def start(self, timeout: float = 30.0) -> RedisSentinelProcs:
         """Start master, replica and sentinel; wait until the replica is in sync."""
@@ -392,28 +399,41 @@ class RedisSentinelProcs:
             timeout,
             "the replica syncing",
         )
-        d = self.workdir / "sentinel"
-        d.mkdir(parents=True, exist_ok=True)
-        conf = d / "sentinel.conf"
-        conf.write_text(
-            f"port {self.sentinel_port}\nbind 127.0.0.1\ndir {d}\n"
-            f"logfile {d / 'sentinel.log'}\n"
-            f"sentinel monitor {self.master_name} 127.0.0.1 {self.master.port} 1\n"
-            f"sentinel down-after-milliseconds {self.master_name} 2000\n"
-            f"sentinel failover-timeout {self.master_name} 10000\n"
-            f"sentinel parallel-syncs {self.master_name} 1\n"
-        )
-        self.sentinel_proc = subprocess.Popen(  # noqa: S603
-            [find_redis_server(), str(conf), "--sentinel"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        quorum = len(self.sentinel_ports) // 2 + 1
+        for i, port in enumerate(self.sentinel_ports):
+            d = self.workdir / ("sentinel" if i == 0 else f"sentinel{i}")
+            d.mkdir(parents=True, exist_ok=True)
+            conf = d / "sentinel.conf"
+            conf.write_text(
+                f"port {port}\nbind 127.0.0.1\ndir {d}\n"
+                f"logfile {d / 'sentinel.log'}\n"
+                f"sentinel monitor {self.master_name} 127.0.0.1 {self.master.port} {quorum}\n"
+                f"sentinel down-after-milliseconds {self.master_name} 2000\n"
+                f"sentinel failover-timeout {self.master_name} 10000\n"
+                f"sentinel parallel-syncs {self.master_name} 1\n"
+            )
+            self.sentinel_procs.append(
+                subprocess.Popen(  # noqa: S603
+                    [find_redis_server(), str(conf), "--sentinel"],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            )
         _wait_until(lambda: self.current_master() is not None, timeout, "the sentinel")
         _wait_until(
             lambda: int(self._sentinel().sentinel_master(self.master_name)["num-slaves"]) >= 1,
             timeout,
             "the sentinel discovering the replica",
+        )
+        others = len(self.sentinel_ports) - 1
+        _wait_until(  # a failover needs a majority of sentinels that know of each other
+            lambda: (
+                int(self._sentinel().sentinel_master(self.master_name)["num-other-sentinels"])
+                >= others
+            ),
+            timeout,
+            "the sentinels discovering each other",
         )
         return self
 
@@ -437,9 +457,10 @@ class RedisSentinelProcs:
 
     def stop(self) -> None:
         """SIGKILL everything."""
-        if self.sentinel_proc is not None and self.sentinel_proc.poll() is None:
-            self.sentinel_proc.kill()
-            self.sentinel_proc.wait(timeout=30)
+        for proc in self.sentinel_procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
         for n in self.nodes():
             n.kill()
 

@@ -96,7 +96,9 @@ def run(
         "--group-faults", ",".join(f"{b}:{kind}" for b, kind in PLAN.items()),
         # a Redis stall of faults.REDIS_STALL_S outlasts the sidecars' deadline
         "--conf", "spark.taskstate.sidecar.extraArgs=--redis-deadline 2",
+        # the sidecars' logs where this test reads them (the workers look there too)
         "--conf", f"spark.taskstate.runDir={workdir / 'sidecars'}",
+        "--conf", f"spark.executorEnv.TASKSTATE_RUN_DIR={workdir / 'sidecars'}",
     ]  # fmt: skip
     runner = Runner(workdir, redis_server.url, "", ns)
     faults = workdir / RUN / "faults"

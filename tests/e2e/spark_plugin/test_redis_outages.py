@@ -133,7 +133,9 @@ def _run(api: str, workdir: Path, plugin_jar: str) -> Result:
     extra = [
         "--plugin-jar", plugin_jar, "--redis-url", redis.url,
         "--outages", ",".join(f"{o.batch}:{o.moment}" for o in plan),
+        # the sidecars' logs where this test reads them (the workers look there too)
         "--conf", f"spark.taskstate.runDir={run_dir}",
+        "--conf", f"spark.executorEnv.TASKSTATE_RUN_DIR={run_dir}",
     ]  # fmt: skip
     runner = Runner(workdir, redis.url, "", ns)
     faults = workdir / "run" / "faults"

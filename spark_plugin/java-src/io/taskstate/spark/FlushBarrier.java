@@ -30,8 +30,11 @@ import org.slf4j.LoggerFactory;
  *
  * <p>A sidecar that is restarting (the supervisor replaces a killed one) is waited for,
  * and a FLUSH whose connection broke is asked again of the new one: the sidecar journals
- * what a successor must know (sidecar/flush.py), so the new one answers truthfully. A task
- * that deferred nothing therefore meets a sidecar restart without a fail-stop.
+ * what a successor must know, and the workers that hold changes attach to the new one
+ * (sidecar/flush.py), so it answers truthfully. The sidecar waits out a Redis outage
+ * within its flush timeout, so this waits that long and a little more. Only changes that
+ * cannot become durable (their worker died, Redis away for the whole flush timeout) end
+ * in a fail-stop.
  */
 final class FlushBarrier {
   private static final Logger LOG = LoggerFactory.getLogger(FlushBarrier.class);
