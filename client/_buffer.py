@@ -114,6 +114,7 @@ class Attachment:
         self.answered: deque[int] = deque(maxlen=ANSWERS_KEPT)
         self.pid = os.getpid()
         self.worker = ""
+        self.adopted: set[int] = set()  # of `held`, what the sidecar took over
         self.broken = False
         self._out: queue.Queue[pb.AttachMessage | None] = queue.Queue()
         self._ids = itertools.count(1)
@@ -132,6 +133,7 @@ class Attachment:
             for order in self.transport.attach(self._requests()):
                 if order.kind == Order.ATTACHED:
                     self.worker = order.worker
+                    self.adopted = set(order.adopted)
                     self._attached.set()
                 elif order.kind == Order.DEFERRED:
                     ack = self._acks.pop(order.request_id, None)
@@ -318,6 +320,20 @@ class Buffer:
             return _result(attempt, False, f"{type(exc).__name__}: {exc}", keys)
         return _result(attempt, True, "", keys)
 
+    @staticmethod
+    def _commit_orphaned(entry: _Attempt) -> None:
+        """Commit changes held for an attempt that the new sidecar does not know of."""
+        for task_id, held in entry.tasks.items():
+            try:
+                held.commit()
+            except TaskStateError as exc:
+                log.error(
+                    "taskstate: task %s: held group changes of an attempt the restarted sidecar "
+                    "does not know of could not be committed: %s",
+                    task_id,
+                    exc,
+                )
+
     def reattach(self, old: Attachment) -> None:
         """`old`'s stream ended: attach again, naming what is held, while anything is.
 
@@ -336,18 +352,25 @@ class Buffer:
             new = Attachment(old.transport, self, tuple(pending + carried))
             new.answered.extend(carried)
             if new.attached(old.transport.timeout_s):
+                orphaned: list[_Attempt] = []
                 with self._lock:
                     new.reattaching = False  # from now on it attaches again itself
                     self._attachments[old.transport.target] = new
                     for n in pending:
                         e = self._held.get(n)
-                        if e is not None and e.attachment.broken:
+                        if e is None or not e.attachment.broken:
+                            continue
+                        if n in new.adopted:
                             e.attachment = new
+                        else:  # no FLUSH of it will come here: commit it now
+                            orphaned.append(self._held.pop(n))
                 log.warning(
                     "taskstate: attached again to %s, holding group changes of task attempts %s",
                     old.transport.target,
-                    pending,
+                    sorted(new.adopted),
                 )
+                for e in orphaned:
+                    self._commit_orphaned(e)
                 if new.broken:  # it ended while we handed over: its own thread missed it
                     continue
                 return

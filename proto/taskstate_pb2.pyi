@@ -585,7 +585,7 @@ class FlushResult(_message.Message):
     def __init__(self, task_attempt: _Optional[int] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ..., keys: _Optional[int] = ...) -> None: ...
 
 class AttachOrder(_message.Message):
-    __slots__ = ("kind", "task_attempt", "request_id", "worker", "retry_ms")
+    __slots__ = ("kind", "task_attempt", "request_id", "worker", "retry_ms", "adopted")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         ATTACHED: _ClassVar[AttachOrder.Kind]
@@ -601,9 +601,11 @@ class AttachOrder(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
     RETRY_MS_FIELD_NUMBER: _ClassVar[int]
+    ADOPTED_FIELD_NUMBER: _ClassVar[int]
     kind: AttachOrder.Kind
     task_attempt: int
     request_id: int
     worker: str
     retry_ms: int
-    def __init__(self, kind: _Optional[_Union[AttachOrder.Kind, str]] = ..., task_attempt: _Optional[int] = ..., request_id: _Optional[int] = ..., worker: _Optional[str] = ..., retry_ms: _Optional[int] = ...) -> None: ...
+    adopted: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, kind: _Optional[_Union[AttachOrder.Kind, str]] = ..., task_attempt: _Optional[int] = ..., request_id: _Optional[int] = ..., worker: _Optional[str] = ..., retry_ms: _Optional[int] = ..., adopted: _Optional[_Iterable[int]] = ...) -> None: ...

@@ -187,8 +187,10 @@ class FlushCoordinator:
                 kind = msg.WhichOneof("kind")
                 if kind == "hello":
                     link.pid = msg.hello.pid
-                    self._adopt(link, msg.hello.held)
-                    link.orders.put_nowait(Order(kind=Order.ATTACHED, worker=link.worker))
+                    adopted = self._adopt(link, msg.hello.held)
+                    link.orders.put_nowait(
+                        Order(kind=Order.ATTACHED, worker=link.worker, adopted=adopted)
+                    )
                 elif kind == "defer":
                     n = msg.defer.task_attempt
                     if self.journal is not None and n not in link.attempts:
@@ -210,7 +212,7 @@ class FlushCoordinator:
         finally:
             link.orders.put_nowait(None)
 
-    def _adopt(self, link: _Link, held: Iterable[int]) -> None:
+    def _adopt(self, link: _Link, held: Iterable[int]) -> list[int]:
         """A worker attached again: take the attempts it still holds that wait for it."""
         adopted = []
         for n in held:
@@ -232,6 +234,7 @@ class FlushCoordinator:
             )
             self._attached.set()
             self._attached.clear()
+        return adopted
 
     def _detach(self, link: _Link) -> None:
         if link.gone:

@@ -551,7 +551,7 @@ def test_a_task_replaced_while_a_finished_batch_waits_aside_drops_the_copy(
         assert dict(s) == {"k": 1}
 
 
-@pytest.mark.parametrize("when", ["mid-batch", "during the flush"])
+@pytest.mark.parametrize("when", ["mid-batch", "during the flush", "its journal lost"])
 def test_a_sidecar_restarted_while_a_worker_holds_changes_still_flushes_them(
     redis_server: RedisServer, namespace: str, tmp_path: Path, when: str
 ) -> None:
@@ -559,7 +559,9 @@ def test_a_sidecar_restarted_while_a_worker_holds_changes_still_flushes_them(
 
     Mid-batch: the sidecar is SIGKILLed after the worker registered its changes. During the
     flush: it is SIGKILLed when the worker receives the FLUSH order, so that the worker's
-    answer dies with it and the plugin asks the new sidecar again.
+    answer dies with it and the plugin asks the new sidecar again. Its journal lost: the
+    new sidecar knows nothing of the attempt, so no FLUSH of it would come; the worker
+    commits what it holds as soon as it is told so (ATTACHED adopts nothing).
     """
     from taskstate.testing.worker import before_flush
 
@@ -573,7 +575,13 @@ def test_a_sidecar_restarted_while_a_worker_holds_changes_still_flushes_them(
         ctx = plugin_ctx(0, batch_id=1)
         groups(ctx, side.target, namespace, 50)
         assert buffer.holds(ctx.taskAttemptId())
-        if when == "mid-batch":
+        if when == "its journal lost":
+            side.kill()
+            barrier.with_suffix(".journal").unlink()
+            side.start()
+            eventually(lambda: not buffer.holds(ctx.taskAttemptId()), "the worker committed", 30)
+            answer = ask(barrier, f"FLUSH {ctx.taskAttemptId()}")
+        elif when == "mid-batch":
             side.kill()
             side.start()
             groups(ctx, side.target, namespace, 10, start=50)  # later groups, new sidecar
@@ -598,10 +606,13 @@ def test_a_sidecar_restarted_while_a_worker_holds_changes_still_flushes_them(
                 buffer.flush = restore  # type: ignore[method-assign]
         if when == "mid-batch":  # blocks before the worker attached again committed themselves
             assert answer.startswith("OK ") and 0 <= int(answer[3:]) <= 59, answer
-        else:  # the answer the worker gave the killed sidecar, given again
+        elif when == "during the flush":  # the answer the worker gave the killed sidecar, again
             assert answer == "OK 49", answer
+        else:  # nothing deferred that this sidecar knows of
+            assert answer == "OK 0", answer
         n = 60 if when == "mid-batch" else 50
         assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(n)}
-        assert side.metrics().get("taskstate_workers_reattached_total") == 1
+        reattached = 0 if when == "its journal lost" else 1
+        assert side.metrics().get("taskstate_workers_reattached_total", 0) == reattached
     finally:
         side.kill()
