@@ -267,7 +267,7 @@ class Transport:
         return self.retrying(task, run)
 
     def attach(self, requests: Iterator[pb.AttachMessage]) -> Iterator[pb.AttachOrder]:
-        """The Attach stream (no deadline, no retry: `_buffer.Attachment` handles its end)."""
+        """The Attach stream (no deadline, no retry: `_attach.Attachment` handles its end)."""
         try:
             yield from self.grpc_wire.stub.Attach(requests, wait_for_ready=True)
         except grpc.RpcError as exc:

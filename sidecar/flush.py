@@ -25,13 +25,10 @@ sends the task's FINISHED status:
    flush fails: another attempt rolled the batch back meanwhile, so N must not be
    reported done. Once marked, another attempt of the same application that replays the
    batch (a zombie of a failed stage attempt, a speculative copy) keeps the finished
-   state aside, which a later batch restores if that attempt never finishes. Redis that
-   does not answer the mark is waited for within the flush timeout; past it the flush
-   still succeeds, unmarked (the task's changes are durable; the mark only guards
-   against a late attempt replaying the batch: docs/design-notes.md).
+   state aside, which a later batch restores if that attempt never finishes. How the
+   mark waits for Redis is marks.py's.
 
-The barrier is a line protocol on a Unix socket, so that the plugin needs nothing but the
-JDK; the socket sits beside the gRPC one, owner-only.
+The plugin's end, a line protocol on a Unix socket, is barrier.py.
 
 A sidecar the plugin restarts (the old one was killed) must still answer FLUSH truthfully
 for tasks that ran across the restart. The coordinator therefore writes what a successor
@@ -50,17 +47,15 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from taskstate.proto import codes
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto.ids import split_attempt
 
 from . import metrics
-from .errors import SidecarError
 from .journal import Journal
+from .marks import MarkDone, mark_finished
 from .storage.values import TaskKey
 
 log = logging.getLogger("taskstate.sidecar.flush")
@@ -73,8 +68,6 @@ OPENED_MAX = 4096  # task attempts whose Opens are remembered until their FLUSH 
 # at most a quarter of the flush timeout
 RETRY_MARGIN_S = 30.0
 PID_POLL_S = 0.1  # how often a flush checks that a worker it waits for still lives
-
-MarkDone = Callable[[TaskKey, int, str], Awaitable[bool]]
 
 
 @dataclass(eq=False)
@@ -287,7 +280,7 @@ class FlushCoordinator:
         opened = self._opened.pop(attempt, {})
         if not problems and self.mark_done is not None:
             for task, (batch, attempt_id) in opened.items():
-                problems += await _mark(self.mark_done, task, batch, attempt_id, deadline)
+                problems += await mark_finished(self.mark_done, task, batch, attempt_id, deadline)
         ok = not problems
         if ok and self.journal is not None:
             self.journal.ended(attempt)
@@ -396,101 +389,6 @@ class FlushCoordinator:
         metrics.DEFERRED_ATTEMPTS.set(len(self._deferred))
 
 
-class BarrierServer:
-    """The plugin's end: `FLUSH N` / `DISCARD N` lines on an owner-only Unix socket."""
-
-    def __init__(self, coordinator: FlushCoordinator, path: Path) -> None:
-        self.coordinator = coordinator
-        self.path = path
-        self._server: asyncio.AbstractServer | None = None
-
-    async def start(self) -> None:
-        """Listen (replacing a stale socket file from an earlier sidecar)."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.unlink(missing_ok=True)
-        old = os.umask(0o177)
-        try:
-            self._server = await asyncio.start_unix_server(self._serve, path=str(self.path))
-        finally:
-            os.umask(old)
-
-    async def stop(self) -> None:
-        """Stop listening and remove the socket file (the journal stays for a successor)."""
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-        self.path.unlink(missing_ok=True)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while line := await reader.readline():
-                writer.write((await self._answer(line.decode(errors="replace").split())).encode())
-                await writer.drain()
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            writer.close()
-
-    async def _answer(self, words: list[str]) -> str:
-        if len(words) != 2 or words[0] not in ("FLUSH", "DISCARD") or not _is_int(words[1]):
-            return "ERR expected FLUSH <task attempt id> or DISCARD <task attempt id>\n"
-        attempt = int(words[1])
-        if words[0] == "DISCARD":
-            self.coordinator.discard(attempt)
-            return "OK 0\n"
-        ok, why, keys = await self.coordinator.flush(attempt)
-        return f"OK {keys}\n" if ok else f"FAIL {' '.join(why.split())}\n"
-
-
-async def _mark(
-    mark_done: MarkDone, task: TaskKey, batch: int, attempt_id: str, deadline: float
-) -> list[str]:
-    """Mark `batch` finished by `attempt_id`, waiting out a Redis outage until `deadline`.
-
-    Problems, if any. Redis that stays away past the deadline is no problem: the task's
-    changes are durable, and the mark only guards against a rare race (a late attempt of
-    the application replaying the batch and being killed half-way; docs/design-notes.md),
-    while a fail-stop would cost an executor on every long outage.
-    """
-    t0 = time.monotonic()
-    waited = False
-    while True:
-        try:
-            if await mark_done(task, batch, attempt_id):
-                return []
-            return [
-                f"task {task.fq}: another attempt claimed batch {batch} before this "
-                "attempt finished (it rolled the batch back)"
-            ]
-        except SidecarError as exc:
-            if exc.code != codes.STORAGE_UNAVAILABLE or "refused" in str(exc):
-                return [f"task {task.fq}: could not mark batch {batch} done: {exc}"]
-            if time.monotonic() < deadline - 1.0:
-                if not waited:
-                    waited = True
-                    log.warning(
-                        "the batch mark waits for Redis, up to the flush timeout",
-                        extra={"task": task.fq, "batch": batch, "error": str(exc)},
-                    )
-                await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic() - 1.0)))
-                continue
-            metrics.UNMARKED_BATCHES.inc()
-            log.error(
-                "Redis did not answer for the flush timeout: the task's batch is not "
-                "marked finished, and its task is reported done anyway (its changes "
-                "are durable)",
-                extra={
-                    "task": task.fq,
-                    "batch": batch,
-                    "waited_s": round(time.monotonic() - t0, 1),
-                    "error": str(exc),
-                },
-            )
-            return []
-        except Exception as exc:  # any other failure fails the flush
-            return [f"task {task.fq}: could not mark batch {batch} done: {exc}"]
-
-
 def _alive(pid: int) -> bool:
     """Whether process `pid` exists (the workers are the executor's, on this host)."""
     try:
@@ -499,12 +397,4 @@ def _alive(pid: int) -> bool:
         return False
     except OSError:  # another user's: alive
         return True
-    return True
-
-
-def _is_int(text: str) -> bool:
-    try:
-        int(text)
-    except ValueError:
-        return False
     return True

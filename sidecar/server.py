@@ -22,8 +22,9 @@ from taskstate.proto import frames
 from taskstate.proto.durability import Durability
 
 from . import metrics
+from .barrier import BarrierServer
 from .config import LOOPBACK, ConfigError, Limits, SidecarConfig, listen_address
-from .flush import BarrierServer, FlushCoordinator
+from .flush import FlushCoordinator
 from .journal import Journal
 from .retry import RetryPolicy, permanent_cause
 from .rpc.frames import FrameLane
