@@ -6,6 +6,9 @@ ends while this process holds changes (the executor plugin restarts a killed sid
 FLUSH for on the old stream (the answer may have died with the old sidecar). The new
 sidecar adopts those its predecessor's journal names for this process, so their FLUSH
 comes here as before, and says which in ATTACHED; the process commits the rest itself.
+A hello names everything this process holds for that sidecar, so the sidecar forgets
+whatever else it thought this process held. There is one stream per sidecar at a time
+(`Buffer._attachment`), so one stream adopts.
 """
 
 from __future__ import annotations
@@ -41,12 +44,12 @@ class Attachment:
     ) -> None:
         self.transport = transport
         self.buffer = buffer
-        # named in the hello: attempts registered on an earlier stream (None: a first stream)
+        # named in the hello: attempts registered on an earlier stream
         self.held = held or ()
-        # a stream `Buffer.reattach` opens is retried by it until handed over
-        self.reattaching = held is not None
         # attempts whose FLUSH this stream answered: the answer may die with the sidecar
         self.answered: deque[int] = deque(maxlen=ANSWERS_KEPT)
+        # attempts registered here and not yet flushed or discarded
+        self.live: set[int] = set()
         self.pid = os.getpid()
         self.worker = ""
         self.adopted: set[int] = set()  # of `held`, what the sidecar took over
@@ -67,8 +70,10 @@ class Attachment:
         try:
             for order in self.transport.attach(self._requests()):
                 if order.kind == Order.ATTACHED:
-                    self.worker = order.worker
                     self.adopted = set(order.adopted)
+                    if self.held:
+                        self.buffer.attached_again(self)
+                    self.worker = order.worker
                     self._attached.set()
                 elif order.kind == Order.DEFERRED:
                     ack = self._acks.pop(order.request_id, None)
@@ -77,8 +82,10 @@ class Attachment:
                 elif order.kind == Order.FLUSH:
                     answer = self.buffer.flush(order.task_attempt, order.retry_ms / 1000)
                     self.answered.append(order.task_attempt)
+                    self.live.discard(order.task_attempt)
                     self._out.put(answer)
                 elif order.kind == Order.DISCARD:
+                    self.live.discard(order.task_attempt)
                     self.buffer.discard(order.task_attempt)
         except Exception as exc:  # the stream ended: the sidecar went away or refused it
             log.warning("taskstate: the Attach stream to %s ended: %s", self.transport.target, exc)
@@ -87,8 +94,8 @@ class Attachment:
             self._attached.set()
             for ack in list(self._acks.values()):
                 ack.set()
-        if self.worker and not self.reattaching:  # it had attached: attach again if needed
-            self.buffer.reattach(self)
+        if self.worker and (self.live or self.answered or self.held):
+            self.buffer.reattach(self.transport)  # it had attached: the sidecar may wait for us
 
     def attached(self, timeout_s: float) -> bool:
         """Wait for the sidecar's ATTACHED; False when the stream ended first."""
@@ -101,6 +108,7 @@ class Attachment:
         request_id = next(self._ids)
         ack = threading.Event()
         self._acks[request_id] = ack
+        self.live.add(attempt)  # the sidecar may journal it before this stream ends
         self._out.put(
             pb.AttachMessage(defer=pb.DeferRequest(request_id=request_id, task_attempt=attempt))
         )

@@ -36,7 +36,7 @@ from taskstate.proto import taskstate_pb2 as pb
 
 from ._attach import ANSWERS_KEPT, Attachment
 from ._commit import Committer, Sender
-from ._errors import StorageUnavailableError, TaskStateError
+from ._errors import DurabilityError, StorageUnavailableError, TaskStateError
 from ._session import Session
 from ._transport import Transport
 
@@ -73,6 +73,7 @@ class Held:
     committer: Sender  # the task's commits (a Committer): never a block
     upserts: dict[str, bytes] = field(default_factory=dict)
     deletes: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def merge(self, upserts: list[tuple[str, bytes]], deletes: list[str]) -> None:
         """A later block's changes win over an earlier one's."""
@@ -84,12 +85,20 @@ class Held:
             self.deletes.add(key)
 
     def commit(self) -> int:
-        """Commit what is held; returns the number of keys."""
-        upserts, deletes = list(self.upserts.items()), list(self.deletes)
-        if upserts or deletes:
-            self.committer.send(self.session, upserts, deletes)
-        self.session.deferred = False
-        return len(upserts) + len(deletes)
+        """Commit what is held, once; returns the number of keys.
+
+        Two threads may commit the same changes (a block's own, and the attach thread's
+        for an attempt no sidecar adopted): the second finds them committed, so held
+        values never land after a newer commit of the block.
+        """
+        with self.lock:
+            upserts, deletes = list(self.upserts.items()), list(self.deletes)
+            if upserts or deletes:
+                self.committer.send(self.session, upserts, deletes)
+            self.upserts.clear()
+            self.deletes.clear()
+            self.session.deferred = False
+            return len(upserts) + len(deletes)
 
 
 @dataclass
@@ -123,11 +132,25 @@ class Buffer:
             self._pid = os.getpid()
 
     def _attachment(self, transport: Transport) -> Attachment:
+        """The one stream to `transport`'s sidecar: a new one when the last one ended.
+
+        A new stream names in its hello what this process holds on ended streams, and the
+        answers the last one gave (`_attach.py`).
+        """
         with self._lock:
             self._forked()
-            a = self._attachments.get(transport.target)
-            if a is None or a.broken:
-                a = self._attachments[transport.target] = Attachment(transport, self)
+            old = self._attachments.get(transport.target)
+            if old is not None and not old.broken:
+                return old
+            pending = [
+                n
+                for n, e in self._held.items()
+                if e.attachment.broken and e.attachment.transport.target == transport.target
+            ]
+            carried = [n for n in old.answered if n not in pending] if old is not None else []
+            a = Attachment(transport, self, tuple(pending + carried))
+            a.answered.extend(carried)
+            self._attachments[transport.target] = a
             return a
 
     def hold(
@@ -159,6 +182,8 @@ class Buffer:
         if not a.register(attempt, transport.timeout_s):
             return False
         with self._lock:
+            if a.broken:  # ended since: a new stream would not name what is merged now
+                return False
             # one look, one merge: a flush that takes the entry cannot land in between
             entry = self._held.setdefault(attempt, _Attempt(a))
             self._merge(entry, task_id, session, upserts, deletes, committer)
@@ -223,10 +248,12 @@ class Buffer:
                     try:
                         keys += held.commit()
                         break
-                    except StorageUnavailableError as exc:
+                    except (StorageUnavailableError, DurabilityError) as exc:
+                        if not _passing(exc):
+                            raise
                         if time.monotonic() + RETRY_SLEEP_S >= give_up:
                             waited = time.monotonic() - t0
-                            raise StorageUnavailableError(
+                            raise type(exc)(
                                 f"Redis did not take the held group changes for {waited:.0f} s "
                                 f"(retried for {retry_s:.0f} s of the flush timeout, "
                                 f"spark.taskstate.flushTimeoutSeconds): {exc}",
@@ -240,10 +267,29 @@ class Buffer:
             return _result(attempt, False, f"{type(exc).__name__}: {exc}", keys)
         return _result(attempt, True, "", keys)
 
-    @staticmethod
-    def _commit_orphaned(entry: _Attempt) -> None:
-        """Commit changes held for an attempt that the new sidecar does not know of."""
-        for task_id, held in entry.tasks.items():
+    def attached_again(self, new: Attachment) -> None:
+        """`new` attached, naming what ended streams left: hand over what it adopted.
+
+        What the sidecar did not adopt (it does not know of it: no FLUSH of it will come)
+        is committed now, on `new`'s thread, before it reads any order.
+        """
+        orphaned: list[tuple[str, Held]] = []
+        with self._lock:
+            for n in new.held:
+                e = self._held.get(n)
+                if e is None or not e.attachment.broken:
+                    continue
+                if n in new.adopted:
+                    e.attachment = new
+                    new.live.add(n)
+                else:
+                    orphaned += self._held.pop(n).tasks.items()
+        log.warning(
+            "taskstate: attached again to %s, holding group changes of task attempts %s",
+            new.transport.target,
+            sorted(new.adopted),
+        )
+        for task_id, held in orphaned:
             try:
                 held.commit()
             except TaskStateError as exc:
@@ -254,52 +300,26 @@ class Buffer:
                     exc,
                 )
 
-    def reattach(self, old: Attachment) -> None:
-        """`old`'s stream ended: attach again, naming what is held, while anything is.
+    def reattach(self, transport: Transport) -> None:
+        """A stream to `transport`'s sidecar ended: attach again (the sidecar may wait for us).
 
-        Runs on `old`'s thread, which has nothing else left to do.
+        Runs on the ended stream's thread, which has nothing else left to do. One stream
+        is tried at a time: it waits for the sidecar (gRPC's wait for ready) until it
+        attaches or ends.
         """
         give_up = time.monotonic() + REATTACH_S
         delay = 0.1
         while time.monotonic() < give_up:
-            with self._lock:
-                if os.getpid() != self._pid:
-                    return
-                pending = [n for n, e in self._held.items() if e.attachment.broken]
-                carried = [n for n in old.answered if n not in pending]
-                if not pending and not carried:
-                    return  # nothing waits for a flush: the next block attaches as usual
-            new = Attachment(old.transport, self, tuple(pending + carried))
-            new.answered.extend(carried)
-            if new.attached(old.transport.timeout_s):
-                orphaned: list[_Attempt] = []
-                with self._lock:
-                    new.reattaching = False  # from now on it attaches again itself
-                    self._attachments[old.transport.target] = new
-                    for n in pending:
-                        e = self._held.get(n)
-                        if e is None or not e.attachment.broken:
-                            continue
-                        if n in new.adopted:
-                            e.attachment = new
-                        else:  # no FLUSH of it will come here: commit it now
-                            orphaned.append(self._held.pop(n))
-                log.warning(
-                    "taskstate: attached again to %s, holding group changes of task attempts %s",
-                    old.transport.target,
-                    sorted(new.adopted),
-                )
-                for e in orphaned:
-                    self._commit_orphaned(e)
-                if new.broken:  # it ended while we handed over: its own thread missed it
-                    continue
+            a = self._attachment(transport)
+            if a.attached(min(5.0, max(0.1, give_up - time.monotonic()))):
                 return
-            time.sleep(delay)
-            delay = min(1.0, delay * 2)
+            if a.broken:
+                time.sleep(delay)
+                delay = min(1.0, delay * 2)
         log.error(
-            "taskstate: could not attach again to %s within %.0f s: the held group changes "
+            "taskstate: could not attach again to %s within %.0f s: held group changes "
             "cannot be flushed (the executor plugin stops the executor)",
-            old.transport.target,
+            transport.target,
             REATTACH_S,
         )
 
@@ -318,6 +338,17 @@ class Buffer:
             self._forked()
             entry = self._held.get(attempt)
             return entry is not None and bool(entry.tasks)
+
+
+def _passing(exc: TaskStateError) -> bool:
+    """Whether asking again can succeed: Redis away, or its replicas catching up.
+
+    Not a Redis that refuses the sidecar's credentials, nor a durability the servers cannot
+    give (the sidecar's messages say which: sidecar/retry.py, storage/redis/waits.py).
+    """
+    if isinstance(exc, DurabilityError):
+        return "did not reach durability" in str(exc)
+    return "Redis refused the sidecar" not in str(exc)
 
 
 def _result(attempt: int, ok: bool, error: str, keys: int) -> pb.AttachMessage:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,13 +70,14 @@ def maybe_fault(opts: JobOptions, batch: int, part: int) -> None:
 
 # -- Redis outages at a chosen moment of a task ------------------------------------------
 
-OUTAGE_MOMENTS = ("open", "mid", "commit", "end")
+OUTAGE_MOMENTS = ("open", "mid", "commit", "end", "flush")
 """Where `--outages BATCH:MOMENT,...` lets the test break Redis, in partition 0's task:
 before its Open (`open`), after it and before its reads (`mid`), before its commit
-(`commit`), and after its commit, as the task ends (`end`: the plugin's flush and batch
-mark). The task writes `outage-B-MOMENT` in the fault directory and waits for
-`outage-B-MOMENT.go`, which the test writes once Redis is down; how long Redis stays
-down is the test's to say."""
+(`commit`), after its commit, as the task ends (`end`: the plugin's flush and batch
+mark), and, in applyInPandasWithState with the plugin, when the flush asks the worker
+for its held group changes (`flush`). The task writes `outage-B-MOMENT` in the fault
+directory and waits for `outage-B-MOMENT.go`, which the test writes once Redis is down;
+how long Redis stays down is the test's to say."""
 
 
 def parse_outages(text: str) -> tuple[tuple[int, str], ...]:
@@ -148,7 +150,7 @@ def parse_group_faults(text: str) -> tuple[tuple[int, str], ...]:
     return tuple(plan)
 
 
-_ARMED: dict[int, tuple[str, JobOptions]] = {}  # task attempt -> the fault at its flush
+_ARMED: dict[int, Callable[[], None]] = {}  # task attempt -> the fault at its flush
 _HOOKED: list[bool] = []  # this worker's flush hook is in place
 
 
@@ -168,6 +170,9 @@ def maybe_group_fault(opts: JobOptions, s: Any, batch: int, part: int) -> None:
 
     Only once the block's changes are held for the flush (the attempt's later groups).
     """
+    if part == 0 and (batch, "flush") in opts.outages and not isinstance(s, dict):
+        if holds_deferred(s):
+            _arm(task_attempt(s), lambda: maybe_outage(opts, batch, part, "flush"))
     kind = dict(opts.group_faults).get(batch) if part == 0 and opts.fault_dir else None
     if kind in (None, "block-sidecar", "task-sidecar") or isinstance(s, dict):
         return
@@ -178,16 +183,21 @@ def maybe_group_fault(opts: JobOptions, s: Any, batch: int, part: int) -> None:
             for pid in sidecars_of(executor_pid() or -1):
                 os.kill(pid, signal.SIGKILL)
         return
+    _arm(task_attempt(s), lambda: _strike_at_flush(kind, opts))
+
+
+def _arm(attempt: int, strike: Callable[[], None]) -> None:
+    """Strike when the flush asks this worker for `attempt`'s held changes."""
     if not _HOOKED:  # once per worker
         _HOOKED.append(True)
         before_flush(_strike_if_armed)
-    _ARMED[task_attempt(s)] = (kind, opts)
+    _ARMED[attempt] = strike
 
 
 def _strike_if_armed(attempt: int) -> None:
-    armed = _ARMED.pop(attempt, None)
-    if armed is not None:
-        _strike_at_flush(*armed)
+    strike = _ARMED.pop(attempt, None)
+    if strike is not None:
+        strike()
 
 
 def _strike_at_flush(kind: str, opts: JobOptions) -> None:

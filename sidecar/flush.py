@@ -56,6 +56,7 @@ from taskstate.proto.ids import split_attempt
 from . import metrics
 from .journal import Journal
 from .marks import MarkDone, mark_finished
+from .orphans import Orphans
 from .storage.values import TaskKey
 
 log = logging.getLogger("taskstate.sidecar.flush")
@@ -67,7 +68,6 @@ OPENED_MAX = 4096  # task attempts whose Opens are remembered until their FLUSH 
 # what a worker's last commit try may take past the end of its retries (a Redis deadline),
 # at most a quarter of the flush timeout
 RETRY_MARGIN_S = 30.0
-PID_POLL_S = 0.1  # how often a flush checks that a worker it waits for still lives
 
 
 @dataclass(eq=False)
@@ -97,10 +97,9 @@ class FlushCoordinator:
         self._ids = itertools.count(1)
         self._links: dict[str, _Link] = {}
         self._deferred: dict[int, set[str]] = {}  # task attempt -> worker ids
-        # task attempt -> pids of workers that held its changes on a stream that ended
-        # (a restarted sidecar's journal, or a detach): waited for until they attach again
-        self._orphans: dict[int, set[int]] = {}
-        self._attached = asyncio.Event()  # set (and cleared) when a worker adopts attempts
+        # held changes of workers whose stream ended (a restarted sidecar's journal, or a
+        # detach): waited for until they attach again
+        self._orphans = Orphans()
         self._lost: dict[int, str] = {}  # task attempt -> why its changes cannot be flushed
         self._running: set[int] = set()  # task attempts whose FLUSH is under way
         # task attempt -> the tasks it opened here, each at (batch, attempt id SCOPE:N)
@@ -116,7 +115,7 @@ class FlushCoordinator:
             if record[0] == "deferred":  # whatever else it says, the attempt held changes
                 held.add(attempt)
                 try:
-                    self._orphans.setdefault(attempt, set()).add(int(record[2]))  # type: ignore[call-overload]
+                    self._orphans.add(attempt, int(record[2]))  # type: ignore[call-overload]
                 except (IndexError, ValueError, TypeError):
                     self._lost[attempt] = (
                         "the sidecar was restarted during the task while a Python worker "
@@ -206,15 +205,22 @@ class FlushCoordinator:
             link.orders.put_nowait(None)
 
     def _adopt(self, link: _Link, held: Iterable[int]) -> list[int]:
-        """A worker attached again: take the attempts it still holds that wait for it."""
+        """A worker attached: take the attempts it still holds that wait for it.
+
+        A hello names everything the worker holds for this sidecar (client/_attach.py), so
+        what it does not name it holds no more (it committed it itself, or never heard
+        DEFERRED): nothing is waited for there.
+        """
+        named = set(held)
+        waiting = self._orphans.attached(link.pid, named)
         adopted = []
-        for n in held:
-            pids = self._orphans.get(n)
-            if pids is None or link.pid not in pids:
+        for n in sorted(named):
+            older = [w for w in self._deferred.get(n, ()) if self._pid_of(w) == link.pid]
+            if n not in waiting and not older:
                 continue  # ended meanwhile (flushed or discarded), or never deferred here
-            pids.discard(link.pid)
-            if not pids:
-                del self._orphans[n]
+            for w in older:  # a stream of the same worker whose end is not seen yet
+                self._deferred[n].discard(w)
+                self._links[w].attempts.discard(n)
             link.attempts.add(n)
             self._deferred.setdefault(n, set()).add(link.worker)
             adopted.append(n)
@@ -225,9 +231,12 @@ class FlushCoordinator:
                 "a worker attached again with held group changes; their flush goes on",
                 extra={"pid": link.pid, "attempts": sorted(adopted)},
             )
-            self._attached.set()
-            self._attached.clear()
+            self._orphans.adopted()
         return adopted
+
+    def _pid_of(self, worker: str) -> int | None:
+        link = self._links.get(worker)
+        return None if link is None else link.pid
 
     def _detach(self, link: _Link) -> None:
         if link.gone:
@@ -240,7 +249,7 @@ class FlushCoordinator:
                 holders.discard(link.worker)
                 if not holders:
                     del self._deferred[n]
-                self._orphans.setdefault(n, set()).add(link.pid)  # it may attach again
+                self._orphans.add(n, link.pid)  # it may attach again
         for waiter in link.waiting.values():
             if not waiter.done():
                 waiter.set_result(
@@ -301,7 +310,7 @@ class FlushCoordinator:
 
     async def _flush_held(self, attempt: int, deadline: float) -> tuple[bool, list[str], int]:
         """Commit everything the workers hold for `attempt`: (anything held, problems, keys)."""
-        problems = await self._wait_for_orphans(attempt, deadline)
+        problems = await self._orphans.wait(attempt, deadline, self.timeout_s)
         holders = self._deferred.pop(attempt, set())
         lost = self._lost.pop(attempt, None)
         metrics.DEFERRED_ATTEMPTS.set(len(self._deferred))
@@ -341,43 +350,10 @@ class FlushCoordinator:
                     problems.append(f"worker pid {link.pid}: {r.error}")
         return True, problems, keys
 
-    async def _wait_for_orphans(self, attempt: int, deadline: float) -> list[str]:
-        """Wait, until `deadline`, for the live workers that held `attempt` to attach again.
-
-        A worker whose stream ended (its sidecar was restarted, or the stream broke) attaches
-        again by itself and names what it holds; one whose process is gone cannot.
-        """
-        problems: list[str] = []
-        while pids := self._orphans.get(attempt):
-            for pid in sorted(pids):
-                if not _alive(pid):
-                    pids.discard(pid)
-                    problems.append(
-                        f"the Python worker (pid {pid}) that held its changes ended before "
-                        "they were flushed"
-                    )
-            if not pids:
-                self._orphans.pop(attempt, None)
-                break
-            left = deadline - time.monotonic()
-            if left <= 0:
-                self._orphans.pop(attempt, None)
-                problems.append(
-                    f"Python worker pid {', '.join(map(str, sorted(pids)))} held group changes "
-                    f"of this task attempt and did not attach again within {self.timeout_s:g} s "
-                    "(after a sidecar restart or a broken Attach stream)"
-                )
-                break
-            try:
-                await asyncio.wait_for(self._attached.wait(), timeout=min(PID_POLL_S, left))
-            except TimeoutError:
-                pass
-        return problems
-
     def discard(self, attempt: int) -> None:
         """The attempt failed: its workers drop what they hold for it."""
         self._lost.pop(attempt, None)
-        self._orphans.pop(attempt, None)
+        self._orphans.forget(attempt)
         self._opened.pop(attempt, None)
         if self.journal is not None:
             self.journal.ended(attempt)
@@ -387,14 +363,3 @@ class FlushCoordinator:
                 link.attempts.discard(attempt)
                 link.orders.put_nowait(Order(kind=Order.DISCARD, task_attempt=attempt))
         metrics.DEFERRED_ATTEMPTS.set(len(self._deferred))
-
-
-def _alive(pid: int) -> bool:
-    """Whether process `pid` exists (the workers are the executor's, on this host)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:  # another user's: alive
-        return True
-    return True

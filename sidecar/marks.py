@@ -40,14 +40,20 @@ async def mark_finished(
     waited = False
     while True:
         try:
-            if await mark_done(task, batch, attempt_id):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise SidecarError(codes.STORAGE_UNAVAILABLE, "the flush timeout passed")
+            # a call may take the Redis deadline: bounded by what is left of the flush's
+            if await asyncio.wait_for(mark_done(task, batch, attempt_id), timeout=left):
                 return []
             return [
                 f"task {task.fq}: another attempt claimed batch {batch} before this "
                 "attempt finished (it rolled the batch back)"
             ]
-        except SidecarError as exc:
-            if exc.code != codes.STORAGE_UNAVAILABLE or "refused" in str(exc):
+        except (SidecarError, TimeoutError) as exc:
+            if isinstance(exc, TimeoutError):
+                exc = SidecarError(codes.STORAGE_UNAVAILABLE, "Redis did not answer in time")
+            if exc.code != codes.STORAGE_UNAVAILABLE or "Redis refused the sidecar" in str(exc):
                 return [f"task {task.fq}: could not mark batch {batch} done: {exc}"]
             if time.monotonic() < deadline - 1.0:
                 if not waited:

@@ -214,6 +214,8 @@ def test_a_worker_that_attaches_again_to_a_restarted_sidecar_is_flushed(tmp_path
     killed = FlushCoordinator(mark_done=Marks(), journal=Journal(path))
     killed.opened(B, 4, "app:8")
     asyncio.run(_defer(killed, pid, 8))
+    asyncio.run(_defer(killed, pid, 9))
+    killed.discard(9)  # ended before the kill: the journal says so
     marks = Marks()
     successor = FlushCoordinator(mark_done=marks, journal=Journal(path), timeout_s=30)
 
@@ -228,7 +230,7 @@ def test_a_worker_that_attaches_again_to_a_restarted_sidecar_is_flushed(tmp_path
                 yield await requests.get()
 
         orders = successor.attach(stream())
-        # 9: an attempt it answered on the old stream, which the journal ended: ignored
+        # 9: an attempt the old sidecar ended (the worker answered its FLUSH): ignored
         requests.put_nowait(pb.AttachMessage(hello=pb.AttachHello(pid=pid, held=[8, 9])))
         assert (await anext(orders)).kind == pb.AttachOrder.ATTACHED
         order = await anext(orders)
@@ -307,3 +309,84 @@ def test_a_short_write_is_an_error_and_leaves_no_fragment(
     monkeypatch.setattr(os, "write", write)
     journal.deferred(8, 4243)
     assert ["deferred", 8, 4243] in Journal(path).open()
+
+
+async def _hello(fc: FlushCoordinator, pid: int, held: list[int]) -> pb.AttachOrder:
+    """A worker `pid` attaches naming `held`; returns the ATTACHED order."""
+    requests: asyncio.Queue[pb.AttachMessage] = asyncio.Queue()
+
+    async def stream() -> AsyncIterator[pb.AttachMessage]:
+        while True:
+            yield await requests.get()
+
+    orders = fc.attach(stream())
+    requests.put_nowait(pb.AttachMessage(hello=pb.AttachHello(pid=pid, held=held)))
+    order = await anext(orders)
+    assert order.kind == pb.AttachOrder.ATTACHED
+    return order
+
+
+def test_a_worker_that_names_nothing_holds_nothing_and_is_not_waited_for(tmp_path: Path) -> None:
+    """The sidecar journaled a deferral and died before the worker heard DEFERRED: the
+    worker committed that block itself. Its next hello names nothing, so the FLUSH
+    answers at once instead of waiting for the flush timeout and failing."""
+    path = tmp_path / "j"
+    killed = FlushCoordinator(journal=Journal(path))
+    asyncio.run(_defer(killed, os.getpid(), 8))
+    successor = FlushCoordinator(journal=Journal(path), timeout_s=60)
+
+    async def attach_then_flush() -> tuple[bool, str, int]:
+        order = await _hello(successor, os.getpid(), [])
+        assert list(order.adopted) == []
+        return await asyncio.wait_for(successor.flush(8), timeout=5)
+
+    assert asyncio.run(attach_then_flush()) == (True, "", 0)
+
+
+def test_a_new_stream_of_the_same_worker_takes_over_before_the_old_ones_end_is_seen() -> None:
+    """The worker's stream broke without a restart and its new hello came first."""
+    fc = FlushCoordinator(timeout_s=30)
+
+    async def run() -> tuple[list[int], tuple[bool, str, int]]:
+        await _defer(fc, 4242, 8)  # the old stream: still open on this side
+        requests: asyncio.Queue[pb.AttachMessage] = asyncio.Queue()
+
+        async def stream() -> AsyncIterator[pb.AttachMessage]:
+            while True:
+                yield await requests.get()
+
+        orders = fc.attach(stream())
+        requests.put_nowait(pb.AttachMessage(hello=pb.AttachHello(pid=4242, held=[8])))
+        attached = await anext(orders)
+        flush_8 = asyncio.create_task(fc.flush(8))
+        order = await anext(orders)  # the FLUSH comes to the new stream
+        assert order.kind == pb.AttachOrder.FLUSH and order.task_attempt == 8
+        requests.put_nowait(
+            pb.AttachMessage(flushed=pb.FlushResult(task_attempt=8, ok=True, keys=2))
+        )
+        return list(attached.adopted), await flush_8
+
+    adopted, result = asyncio.run(run())
+    assert adopted == [8] and result == (True, "", 2)
+
+
+def test_marks_of_several_tasks_end_within_the_flush_timeout_when_redis_hangs() -> None:
+    """Each mark call is bounded by what is left of the flush's time, so the plugin (which
+    waits the flush timeout and 30 s more) always hears an answer."""
+
+    async def hangs(task: TaskKey, batch: int, attempt: str) -> bool:
+        await asyncio.sleep(3600)  # a stopped Redis: no answer, ever
+        return True
+
+    fc = FlushCoordinator(mark_done=hangs, timeout_s=1.5)
+    for p in range(3):
+        fc.opened(TaskKey("ns", "c", p), 4, "app:7")
+
+    async def timed() -> tuple[tuple[bool, str, int], float]:
+        t0 = asyncio.get_running_loop().time()
+        answer = await fc.flush(7)
+        return answer, asyncio.get_running_loop().time() - t0
+
+    answer, took = asyncio.run(timed())
+    assert answer == (True, "", 0)  # unmarked, not failed: the changes are durable
+    assert took < 3.0, took
