@@ -585,7 +585,10 @@ def run_query(args: argparse.Namespace) -> int:
         spark, args.events_per_batch, args.batches, args.keys, Path(f"{args.checkpoint}.events")
     )
     query = build_query(spark, events, opts, args)
-    return run_until_committed(spark, query, args.checkpoint, args.batches)
+    executors = str(Path(args.fault_dir) / "executors") if args.fault_dir else None
+    return run_until_committed(
+        spark, query, args.checkpoint, args.batches, executors_file=executors
+    )
 
 
 def run_until_committed(
@@ -594,11 +597,13 @@ def run_until_committed(
     checkpoint: str,
     batches: int,
     progress_file: str | None = None,
+    executors_file: str | None = None,
 ) -> int:
     """Wait until batch `batches - 1` is in the checkpoint's commit log, then stop.
 
     With `progress_file`, the query's progress reports (batch id, durations) are written
-    there as JSON first.
+    there as JSON first; with `executors_file`, the id of every executor the application
+    had, lost ones included, one a line.
     """
     last = Path(checkpoint) / "commits" / str(batches - 1)
     try:
@@ -617,10 +622,20 @@ def run_until_committed(
                 time.sleep(0.1)
                 reports = [json.loads(r.json) for r in query.recentProgress]
             Path(progress_file).write_text(json.dumps(reports))
+        if executors_file:
+            Path(executors_file).write_text("".join(i + "\n" for i in executor_ids(spark)))
     finally:
         query.stop()
         spark.stop()
     return 0
+
+
+def executor_ids(spark: Any) -> list[str]:
+    """Every executor the application had (Spark's status store: active and lost ones)."""
+    store = spark.sparkContext._jsc.sc().statusStore()  # noqa: SLF001 - no Python API for it
+    listed = store.executorList(False)  # activeOnly=false
+    ids = [listed.apply(i).id() for i in range(listed.size())]
+    return sorted(i for i in ids if i != "driver")
 
 
 def kill_process_groups(children: list[Any]) -> None:

@@ -34,7 +34,7 @@ from taskstate.demo.jobs import (
 from taskstate.testing import find_redis_server
 from taskstate.testing.topologies import RedisSentinelProcs
 
-from .test_redis_outages import _executor_dirs, _executor_logs
+from .test_redis_outages import STAGGER_S, _executor_logs
 
 pytestmark = pytest.mark.e2e
 
@@ -47,7 +47,7 @@ class Result:
     rows: list[tuple[Any, ...]]
     state: dict[str, Any]
     failover_s: float
-    executor_dirs: list[str]
+    executors: list[str]  # every executor the application had, lost ones included
     executor_logs: str
     driver_log: str
 
@@ -98,7 +98,7 @@ def _run(api: str, workdir: Path, plugin_jar: str) -> Result:
             rows=read_output(workdir / "run" / "out"),
             state=read_state(url, f"{prefix}-run", PARTS),
             failover_s=failover_s,
-            executor_dirs=_executor_dirs(faults),
+            executors=(faults / "executors").read_text().split(),
             executor_logs=_executor_logs(faults),
             driver_log=(workdir / "run" / "query.log").read_text(errors="replace"),
         )
@@ -126,6 +126,7 @@ def results(
     threads = [threading.Thread(target=one, args=(api,)) for api in MOMENT]
     for t in threads:
         t.start()
+        time.sleep(STAGGER_S)
     for t in threads:
         t.join()
     yield out
@@ -153,6 +154,6 @@ def test_the_failover_cost_no_executor(
 ) -> None:
     r = _result(results, api)
     assert r.failover_s > 2.0  # down-after-milliseconds 2000: a real failover happened
-    assert r.executor_dirs == ["0", "1"], r.driver_log[-3000:]
+    assert r.executors == ["0", "1"], r.driver_log[-3000:]
     assert "Lost executor" not in r.driver_log
     assert "taskstate FAIL-STOP" not in r.executor_logs
