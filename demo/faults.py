@@ -82,15 +82,19 @@ how long Redis stays down is the test's to say."""
 
 def parse_outages(text: str) -> tuple[tuple[int, str], ...]:
     """`"1:open,2:end"` -> ((1, "open"), (2, "end"))."""
+    return _plan(text, "outage", "MOMENT", OUTAGE_MOMENTS)
+
+
+def _plan(text: str, what: str, word: str, kinds: tuple[str, ...]) -> tuple[tuple[int, str], ...]:
+    """`BATCH:KIND,...` as pairs, each KIND one of `kinds` (ValueError naming the bad one)."""
     plan = []
     for item in filter(None, (part.strip() for part in text.split(","))):
-        batch, _, moment = item.partition(":")
-        if not batch.isdigit() or moment not in OUTAGE_MOMENTS:
+        batch, _, kind = item.partition(":")
+        if not batch.isdigit() or kind not in kinds:
             raise ValueError(
-                f"bad outage {item!r}: expected BATCH:MOMENT, "
-                f"MOMENT one of {', '.join(OUTAGE_MOMENTS)}"
+                f"bad {what} {item!r}: expected BATCH:{word}, {word} one of {', '.join(kinds)}"
             )
-        plan.append((int(batch), moment))
+        plan.append((int(batch), kind))
     return tuple(plan)
 
 
@@ -138,16 +142,7 @@ REDIS_STALL_S = 6  # longer than the --redis-deadline the tests give the plugin'
 
 def parse_group_faults(text: str) -> tuple[tuple[int, str], ...]:
     """`"1:worker,2:sidecar"` -> ((1, "worker"), (2, "sidecar"))."""
-    plan = []
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        batch, _, kind = item.partition(":")
-        if not batch.isdigit() or kind not in GROUP_FAULTS:
-            raise ValueError(
-                f"bad group fault {item!r}: expected BATCH:KIND, "
-                f"KIND one of {', '.join(GROUP_FAULTS)}"
-            )
-        plan.append((int(batch), kind))
-    return tuple(plan)
+    return _plan(text, "group fault", "KIND", GROUP_FAULTS)
 
 
 _ARMED: dict[int, Callable[[], None]] = {}  # task attempt -> the fault at its flush

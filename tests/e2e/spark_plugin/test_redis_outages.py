@@ -13,8 +13,8 @@ applyInPandasWithState holds its later groups for the plugin's flush, and there 
 outage strikes as the flush asks the worker for them: it is waited out, within the flush
 timeout, so nothing may fail-stop there either.
 
-The queries run at the same time, each against a Redis of its own: the outages are
-waiting, not work. Each test checks one property of every query: exact output, exact
+The queries run at the same time, each against a Redis of its own (concurrent.py): the
+outages are waiting, not work. Each test checks one property of every query: exact output, exact
 state, the same executors at the end as at the start, no fail-stop, and that the outage
 at the task's end met the batch mark (the sidecars' logs).
 """
@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -45,11 +44,11 @@ from taskstate.demo.jobs import (
 from taskstate.testing import RedisServer, find_redis_server
 
 from ..conftest import api_params
+from .concurrent import Runs, executor_logs, run_concurrently
 
 pytestmark = pytest.mark.e2e
 
 PER_BATCH, KEYS, PARTS = 100, 200, 4
-STAGGER_S = 3  # between the queries' starts: local-cluster names applications by the second
 
 
 @dataclass(frozen=True)
@@ -176,7 +175,7 @@ def _run(api: str, workdir: Path, plugin_jar: str) -> Result:
             batches=batches,
             held=held,
             executors=(faults / "executors").read_text().split(),
-            executor_logs=_executor_logs(faults),
+            executor_logs=executor_logs(faults),
             driver_log=(workdir / "run" / "query.log").read_text(errors="replace"),
             sidecar_logs="\n".join(
                 p.read_text(errors="replace") for p in sorted(run_dir.glob("jvm-*.log"))
@@ -189,26 +188,10 @@ def _run(api: str, workdir: Path, plugin_jar: str) -> Result:
         redis.stop()
 
 
-def _work(faults: Path) -> list[Path]:
-    """local-cluster's work directory of each application the run started."""
-    import pyspark
-
-    work = Path(pyspark.__file__).parent / "work"
-    return [work / app for app in (faults / "app-ids").read_text().split()]
-
-
-def _executor_logs(faults: Path) -> str:
-    """The executors' stderr (local-cluster's work directory; applications started in the
-    same second share one: the fixtures start them a few seconds apart)."""
-    return "\n".join(
-        p.read_text(errors="replace") for app in _work(faults) for p in sorted(app.glob("*/stderr"))
-    )
-
-
 @pytest.fixture(scope="module")
 def results(
     spark_ready: None, plugin_jar: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Result | BaseException]]:
+) -> Iterator[Runs[Result]]:
     """Every query through its outages, at the same time."""
     try:
         find_redis_server()
@@ -217,28 +200,9 @@ def results(
     from taskstate.spark_plugin import compat
 
     apis = [a for a in PLANS if a not in compat.FEATURES or compat.refusal(a) is None]
-    out: dict[str, Result | BaseException] = {}
-
-    def one(api: str) -> None:
-        try:
-            out[api] = _run(api, tmp_path_factory.mktemp(api.replace("-", "_")), plugin_jar)
-        except BaseException as exc:  # reported by each test of that API
-            out[api] = exc
-
-    threads = [threading.Thread(target=one, args=(api,)) for api in apis]
-    for t in threads:
-        t.start()
-        time.sleep(STAGGER_S)
-    for t in threads:
-        t.join()
-    yield out
-
-
-def _result(results: dict[str, Result | BaseException], api: str) -> Result:
-    r = results[api]
-    if isinstance(r, BaseException):
-        raise AssertionError(f"{api}: the run failed: {r}") from r
-    return r
+    yield run_concurrently(
+        apis, lambda api: _run(api, tmp_path_factory.mktemp(api.replace("-", "_")), plugin_jar)
+    )
 
 
 APIS = api_params(tuple(PLANS))
@@ -248,35 +212,29 @@ AT_THE_END = api_params(
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_every_outage_lasted_as_long_as_planned(
-    results: dict[str, Result | BaseException], api: str
-) -> None:
-    r = _result(results, api)
+def test_every_outage_lasted_as_long_as_planned(results: Runs[Result], api: str) -> None:
+    r = results[api]
     assert [o for o, _ in r.held] == list(PLANS[api])
     assert all(secs >= o.seconds for o, secs in r.held), r.held
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_the_output_counts_every_event_once(
-    results: dict[str, Result | BaseException], api: str
-) -> None:
-    r = _result(results, api)
+def test_the_output_counts_every_event_once(results: Runs[Result], api: str) -> None:
+    r = results[api]
     want = expected_rows(r.batches, PER_BATCH, KEYS)
     assert without_partition(r.rows) == want
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_the_state_counts_every_event_once(
-    results: dict[str, Result | BaseException], api: str
-) -> None:
-    r = _result(results, api)
+def test_the_state_counts_every_event_once(results: Runs[Result], api: str) -> None:
+    r = results[api]
     assert r.state == expected_state(r.batches, PER_BATCH, KEYS)
 
 
 @pytest.mark.parametrize("api", APIS)
-def test_no_executor_was_lost(results: dict[str, Result | BaseException], api: str) -> None:
+def test_no_executor_was_lost(results: Runs[Result], api: str) -> None:
     """The application ends with the two executors it started with, none stopped."""
-    r = _result(results, api)
+    r = results[api]
     assert r.executors == ["0", "1"], r.driver_log[-3000:]
     assert "Lost executor" not in r.driver_log
     assert "taskstate FAIL-STOP" not in r.executor_logs
@@ -284,14 +242,14 @@ def test_no_executor_was_lost(results: dict[str, Result | BaseException], api: s
 
 @pytest.mark.parametrize("api", AT_THE_END)
 def test_the_outage_at_the_tasks_end_was_waited_out_at_the_batch_mark(
-    results: dict[str, Result | BaseException], api: str
+    results: Runs[Result], api: str
 ) -> None:
     """The mark met Redis away and waited (the sidecar's log), and no mark was dropped.
 
     A killed Redis refuses connections (redis-py's retries are logged); a stopped one
     never answers the first try, which ends at the Redis deadline (the mark's own wait).
     """
-    r = _result(results, api)
+    r = results[api]
     records = [json.loads(line) for line in r.sidecar_logs.splitlines() if line.startswith("{")]
     waits = [
         x
@@ -303,8 +261,8 @@ def test_the_outage_at_the_tasks_end_was_waited_out_at_the_batch_mark(
 
 
 def test_held_group_changes_waited_for_redis_at_the_flush(
-    results: dict[str, Result | BaseException],
+    results: Runs[Result],
 ) -> None:
     """The worker retried its held commit until Redis was back (its stderr, the executor's)."""
-    r = _result(results, "applyInPandasWithState")
+    r = results["applyInPandasWithState"]
     assert "Redis did not take a flush, retrying" in r.executor_logs

@@ -13,7 +13,6 @@ exact, and the application must end with the executors it started with.
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -34,7 +33,7 @@ from taskstate.demo.jobs import (
 from taskstate.testing import find_redis_server
 from taskstate.testing.topologies import RedisSentinelProcs
 
-from .test_redis_outages import STAGGER_S, _executor_logs
+from .concurrent import Runs, executor_logs, run_concurrently
 
 pytestmark = pytest.mark.e2e
 
@@ -99,7 +98,7 @@ def _run(api: str, workdir: Path, plugin_jar: str) -> Result:
             state=read_state(url, f"{prefix}-run", PARTS),
             failover_s=failover_s,
             executors=(faults / "executors").read_text().split(),
-            executor_logs=_executor_logs(faults),
+            executor_logs=executor_logs(faults),
             driver_log=(workdir / "run" / "query.log").read_text(errors="replace"),
         )
     finally:
@@ -110,49 +109,24 @@ def _run(api: str, workdir: Path, plugin_jar: str) -> Result:
 @pytest.fixture(scope="module")
 def results(
     spark_ready: None, plugin_jar: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Result | BaseException]]:
+) -> Iterator[Runs[Result]]:
     try:
         find_redis_server()
     except FileNotFoundError as exc:
         pytest.fail(f"redis-server is missing: {exc}", pytrace=False)
-    out: dict[str, Result | BaseException] = {}
-
-    def one(api: str) -> None:
-        try:
-            out[api] = _run(api, tmp_path_factory.mktemp(api), plugin_jar)
-        except BaseException as exc:  # reported by each test of that API
-            out[api] = exc
-
-    threads = [threading.Thread(target=one, args=(api,)) for api in MOMENT]
-    for t in threads:
-        t.start()
-        time.sleep(STAGGER_S)
-    for t in threads:
-        t.join()
-    yield out
-
-
-def _result(results: dict[str, Result | BaseException], api: str) -> Result:
-    r = results[api]
-    if isinstance(r, BaseException):
-        raise AssertionError(f"{api}: the run failed: {r}") from r
-    return r
+    yield run_concurrently(MOMENT, lambda api: _run(api, tmp_path_factory.mktemp(api), plugin_jar))
 
 
 @pytest.mark.parametrize("api", list(MOMENT))
-def test_output_and_state_are_exact_across_the_failover(
-    results: dict[str, Result | BaseException], api: str
-) -> None:
-    r = _result(results, api)
+def test_output_and_state_are_exact_across_the_failover(results: Runs[Result], api: str) -> None:
+    r = results[api]
     assert without_partition(r.rows) == expected_rows(BATCHES, PER_BATCH, KEYS)
     assert r.state == expected_state(BATCHES, PER_BATCH, KEYS)
 
 
 @pytest.mark.parametrize("api", list(MOMENT))
-def test_the_failover_cost_no_executor(
-    results: dict[str, Result | BaseException], api: str
-) -> None:
-    r = _result(results, api)
+def test_the_failover_cost_no_executor(results: Runs[Result], api: str) -> None:
+    r = results[api]
     assert r.failover_s > 2.0  # down-after-milliseconds 2000: a real failover happened
     assert r.executors == ["0", "1"], r.driver_log[-3000:]
     assert "Lost executor" not in r.driver_log

@@ -73,6 +73,19 @@ def ask(barrier: Path, line: str) -> str:
     return out.decode().strip()
 
 
+def ask_while_redis_sleeps(redis_server: RedisServer, barrier: Path, line: str, s: int) -> str:
+    """`ask(barrier, line)` while Redis sleeps `s` seconds (DEBUG SLEEP from the start)."""
+    sleeper = threading.Thread(
+        target=lambda: redis_server.client().execute_command("DEBUG", "SLEEP", s)
+    )
+    sleeper.start()
+    redis_blocked(redis_server.socket)
+    try:
+        return ask(barrier, line)
+    finally:
+        sleeper.join()
+
+
 def groups(ctx: LocalContext, target: str, namespace: str, n: int, start: int = 0) -> None:
     """n one-key group blocks in this process: key gI gets 1 added."""
     for i in range(start, start + n):
@@ -238,15 +251,7 @@ def test_redis_unavailable_during_the_flush_is_waited_out(
     groups(ctx, side.target, namespace, 30)
     # Redis busy for 4 s: longer than the sidecar's --redis-deadline (1 s), shorter than
     # the flush timeout (20 s)
-    sleeper = threading.Thread(
-        target=lambda: redis_server.client().execute_command("DEBUG", "SLEEP", 4)
-    )
-    sleeper.start()
-    redis_blocked(redis_server.socket)
-    try:
-        answer = ask(barrier, f"FLUSH {ctx.taskAttemptId()}")
-    finally:
-        sleeper.join()
+    answer = ask_while_redis_sleeps(redis_server, barrier, f"FLUSH {ctx.taskAttemptId()}", 4)
     assert answer == "OK 29"
     assert stored(redis_server, namespace, int) == {f"g{i}": 1 for i in range(30)}
     after = side.metrics()
@@ -266,15 +271,7 @@ def test_redis_unavailable_past_the_flush_timeout_fails_it_naming_the_outage(
     ) as side:
         ctx = plugin_ctx(0, batch_id=1)
         groups(ctx, side.target, namespace, 30)
-        sleeper = threading.Thread(
-            target=lambda: redis_server.client().execute_command("DEBUG", "SLEEP", 7)
-        )
-        sleeper.start()
-        redis_blocked(redis_server.socket)
-        try:
-            answer = ask(barrier, f"FLUSH {ctx.taskAttemptId()}")
-        finally:
-            sleeper.join()
+        answer = ask_while_redis_sleeps(redis_server, barrier, f"FLUSH {ctx.taskAttemptId()}", 7)
         assert answer.startswith("FAIL ") and "STORAGE_UNAVAILABLE" in answer, answer
         assert "Redis did not take the held group changes for" in answer, answer
         assert "spark.taskstate.flushTimeoutSeconds" in answer, answer
