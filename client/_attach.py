@@ -80,10 +80,11 @@ class Attachment:
                     if ack is not None:
                         ack.set()
                 elif order.kind == Order.FLUSH:
-                    answer = self.buffer.flush(order.task_attempt, order.retry_ms / 1000)
+                    answer = self.buffer.flush(order.task_attempt)
                     self.answered.append(order.task_attempt)
                     self.live.discard(order.task_attempt)
-                    self._out.put(answer)
+                    for msg in answer:
+                        self._out.put(msg)
                 elif order.kind == Order.DISCARD:
                     self.live.discard(order.task_attempt)
                     self.buffer.discard(order.task_attempt)

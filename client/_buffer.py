@@ -19,8 +19,9 @@ registration is possible (no Attach stream, the stream broke), the block commits
 synchronously, with everything held for its task.
 
 The Attach stream, and attaching again after a sidecar restart, are _attach.py's. A
-FLUSH may ask the worker to retry a commit that Redis did not take (an outage), within
-the flush timeout.
+commit Redis does not take at the flush (an outage, replicas behind) is handed over to the
+sidecar, which waits Redis out within the flush timeout: PySpark closes a Python worker
+that has been idle for a minute, and this one is idle while its task's end waits.
 """
 
 from __future__ import annotations
@@ -45,7 +46,6 @@ log = logging.getLogger("taskstate.client")
 Order = pb.AttachOrder
 
 REATTACH_S = 120.0  # how long a process holding changes tries to attach again
-RETRY_SLEEP_S = 1.0  # between commit tries while Redis is away during a flush
 
 
 def changes_can_wait_for_the_flush(ctx: object) -> bool:
@@ -84,6 +84,20 @@ class Held:
             self.upserts.pop(key, None)
             self.deletes.add(key)
 
+    def hand_over(self) -> list[pb.CommitRequest]:
+        """The Commit requests of what is held, for the sidecar to make (`clear` after)."""
+        with self.lock:
+            return self.committer.requests(
+                self.session, list(self.upserts.items()), list(self.deletes)
+            )
+
+    def clear(self) -> None:
+        """Forget what is held (committed, or handed over)."""
+        with self.lock:
+            self.upserts.clear()
+            self.deletes.clear()
+            self.session.deferred = False
+
     def commit(self) -> int:
         """Commit what is held, once; returns the number of keys.
 
@@ -116,7 +130,8 @@ class Buffer:
         self._lock = threading.Lock()
         self._held: dict[int, _Attempt] = {}
         self._attachments: dict[str, Attachment] = {}
-        self._answers: OrderedDict[int, pb.AttachMessage] = OrderedDict()  # attempt -> FLUSH answer
+        # attempt -> what its FLUSH was answered with (HandOver messages, the FlushResult)
+        self._answers: OrderedDict[int, list[pb.AttachMessage]] = OrderedDict()
         self._pid = os.getpid()
 
     def _forked(self) -> None:
@@ -218,54 +233,25 @@ class Buffer:
             if entry is not None:
                 entry.tasks.pop(task_id, None)
 
-    def flush(self, attempt: int, retry_s: float = 0.0) -> pb.AttachMessage:
+    def flush(self, attempt: int) -> list[pb.AttachMessage]:
         """The answer to a FLUSH order: commit everything held for `attempt`.
 
-        A commit Redis did not take is tried again for `retry_s` (safe: absolute values
-        under the attempt's epoch). Asked again on a new stream (the old sidecar died before
-        it had the answer), the same answer is given again.
+        A commit Redis does not take (an outage, its replicas behind) is handed over to
+        the sidecar instead (HandOver messages before the answer), which waits Redis out:
+        this process need not live that long. Asked again on a new stream (the old
+        sidecar died before it had the answer), the same messages are sent again.
         """
         with self._lock:
             self._forked()
             entry = self._held.pop(attempt, None)
             if entry is None and attempt in self._answers:
                 return self._answers[attempt]
-        answer = self._flush(attempt, entry, retry_s)
+        answer = _flush(attempt, entry)
         with self._lock:
             self._answers[attempt] = answer
             while len(self._answers) > ANSWERS_KEPT:
                 self._answers.popitem(last=False)
         return answer
-
-    @staticmethod
-    def _flush(attempt: int, entry: _Attempt | None, retry_s: float) -> pb.AttachMessage:
-        keys = 0
-        give_up = time.monotonic() + retry_s
-        t0 = time.monotonic()
-        try:
-            for held in entry.tasks.values() if entry is not None else ():
-                while True:
-                    try:
-                        keys += held.commit()
-                        break
-                    except (StorageUnavailableError, DurabilityError) as exc:
-                        if not _passing(exc):
-                            raise
-                        if time.monotonic() + RETRY_SLEEP_S >= give_up:
-                            waited = time.monotonic() - t0
-                            raise type(exc)(
-                                f"Redis did not take the held group changes for {waited:.0f} s "
-                                f"(retried for {retry_s:.0f} s of the flush timeout, "
-                                f"spark.taskstate.flushTimeoutSeconds): {exc}",
-                                exc.task,
-                            ) from None
-                        log.warning("taskstate: Redis did not take a flush, retrying: %s", exc)
-                        time.sleep(RETRY_SLEEP_S)
-        except TaskStateError as exc:
-            return _result(attempt, False, f"{exc.code}: {exc}", keys)
-        except Exception as exc:  # never leave the sidecar waiting without an answer
-            return _result(attempt, False, f"{type(exc).__name__}: {exc}", keys)
-        return _result(attempt, True, "", keys)
 
     def attached_again(self, new: Attachment) -> None:
         """`new` attached, naming what ended streams left: hand over what it adopted.
@@ -340,11 +326,43 @@ class Buffer:
             return entry is not None and bool(entry.tasks)
 
 
+def _flush(attempt: int, entry: _Attempt | None) -> list[pb.AttachMessage]:
+    """Commit what `entry` holds; hand over what Redis does not take; the answer last."""
+    keys, out = 0, []
+    try:
+        for held in entry.tasks.values() if entry is not None else ():
+            try:
+                keys += held.commit()
+            except (StorageUnavailableError, DurabilityError) as exc:
+                if not _passing(exc):
+                    raise
+                requests = held.hand_over()
+                log.warning(
+                    "taskstate: Redis did not take a flush; handed %d commit(s) to the "
+                    "sidecar, which waits for Redis: %s",
+                    len(requests),
+                    exc,
+                )
+                out += [
+                    pb.AttachMessage(handover=pb.HandOver(task_attempt=attempt, commit=r))
+                    for r in requests
+                ]
+                keys += len(held.upserts) + len(held.deletes)
+                held.clear()
+    except TaskStateError as exc:
+        return [*out, _result(attempt, False, f"{exc.code}: {exc}", keys)]
+    except Exception as exc:  # never leave the sidecar waiting without an answer
+        return [*out, _result(attempt, False, f"{type(exc).__name__}: {exc}", keys)]
+    answer = _result(attempt, True, "", keys)
+    answer.flushed.handed_over = len(out)
+    return [*out, answer]
+
+
 def _passing(exc: TaskStateError) -> bool:
-    """Whether asking again can succeed: Redis away, or its replicas catching up.
+    """Whether the sidecar can succeed by asking again: Redis away, or replicas behind.
 
     Not a Redis that refuses the sidecar's credentials, nor a durability the servers cannot
-    give (the sidecar's messages say which: sidecar/retry.py, storage/redis/waits.py).
+    give (the sidecar's messages say which: sidecar/flush_writes.py `passing`).
     """
     if isinstance(exc, DurabilityError):
         return "did not reach durability" in str(exc)

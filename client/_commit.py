@@ -32,6 +32,12 @@ class Sender(Protocol):
         """Commit the change set under the session's epoch."""
         ...
 
+    def requests(
+        self, session: Session, upserts: list[tuple[str, bytes]], deletes: list[str]
+    ) -> list[pb.CommitRequest]:
+        """The Commit requests `send` would make of the change set (to hand it over)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Committer:
@@ -58,8 +64,7 @@ class Committer:
         """
         c = self.config
         task_id = self.task_id
-        budget = c.max_message_bytes - REQUEST_HEADROOM
-        parts = pieces(task_id, upserts, deletes, budget)
+        parts = self._pieces(upserts, deletes)
         if len(parts) > 1 and self.batch is None:
             total = sum(len(k) + len(v) + ENTRY_OVERHEAD for k, v in upserts)
             raise LimitError(
@@ -85,6 +90,16 @@ class Committer:
         except BaseException:
             session.data = None  # what Redis holds is no longer known here: restore next time
             raise
+
+    def requests(
+        self, session: Session, upserts: list[tuple[str, bytes]], deletes: list[str]
+    ) -> list[pb.CommitRequest]:
+        """The Commit requests `send` would make of a micro-batch's change set."""
+        return [self.request(session.epoch, p) for p in self._pieces(upserts, deletes)]
+
+    def _pieces(self, upserts: list[tuple[str, bytes]], deletes: list[str]) -> list[Any]:
+        budget = self.config.max_message_bytes - REQUEST_HEADROOM
+        return pieces(self.task_id, upserts, deletes, budget)
 
     def request(self, epoch: int, piece: dict[str, Any]) -> pb.CommitRequest:
         """The CommitRequest of one piece of a change set (`pieces`), under `epoch`."""

@@ -70,14 +70,15 @@ def maybe_fault(opts: JobOptions, batch: int, part: int) -> None:
 
 # -- Redis outages at a chosen moment of a task ------------------------------------------
 
-OUTAGE_MOMENTS = ("open", "mid", "commit", "end", "flush")
+OUTAGE_MOMENTS = ("open", "mid", "commit", "end", "held", "flush")
 """Where `--outages BATCH:MOMENT,...` lets the test break Redis, in partition 0's task:
 before its Open (`open`), after it and before its reads (`mid`), before its commit
 (`commit`), after its commit, as the task ends (`end`: the plugin's flush and batch
-mark), and, in applyInPandasWithState with the plugin, when the flush asks the worker
-for its held group changes (`flush`). The task writes `outage-B-MOMENT` in the fault
-directory and waits for `outage-B-MOMENT.go`, which the test writes once Redis is down;
-how long Redis stays down is the test's to say."""
+mark), and, in applyInPandasWithState with the plugin, after a group whose changes are
+held for the flush (`held`) and when the flush asks the worker for them (`flush`). The
+task writes `outage-B-MOMENT` in the fault directory (holding its executor's pid, for a
+test that kills that executor's sidecar instead) and waits for `outage-B-MOMENT.go`,
+which the test writes once Redis is down; how long it stays down is the test's to say."""
 
 
 def parse_outages(text: str) -> tuple[tuple[int, str], ...]:
@@ -103,8 +104,9 @@ def maybe_outage(opts: JobOptions, batch: int, part: int, moment: str) -> None:
     if part != 0 or not opts.fault_dir or (batch, moment) not in opts.outages:
         return
     name = f"outage-{batch}-{moment}"
-    if not once(opts.fault_dir, name):
+    if not once(opts.fault_dir, f"{name}.struck"):
         return
+    publish_pid(Path(opts.fault_dir) / name)
     go = Path(opts.fault_dir) / f"{name}.go"
     deadline = time.monotonic() + 600
     while not go.exists() and time.monotonic() < deadline:
@@ -165,8 +167,9 @@ def maybe_group_fault(opts: JobOptions, s: Any, batch: int, part: int) -> None:
 
     Only once the block's changes are held for the flush (the attempt's later groups).
     """
-    if part == 0 and (batch, "flush") in opts.outages and not isinstance(s, dict):
-        if holds_deferred(s):
+    if part == 0 and opts.outages and not isinstance(s, dict) and holds_deferred(s):
+        maybe_outage(opts, batch, part, "held")
+        if (batch, "flush") in opts.outages:
             _arm(task_attempt(s), lambda: maybe_outage(opts, batch, part, "flush"))
     kind = dict(opts.group_faults).get(batch) if part == 0 and opts.fault_dir else None
     if kind in (None, "block-sidecar", "task-sidecar") or isinstance(s, dict):

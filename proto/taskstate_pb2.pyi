@@ -547,14 +547,24 @@ class DoctorResponse(_message.Message):
     def __init__(self, topology: _Optional[str] = ..., redis_url: _Optional[str] = ..., servers: _Optional[_Iterable[_Union[ServerReport, _Mapping]]] = ..., checks: _Optional[_Iterable[_Union[Check, _Mapping]]] = ...) -> None: ...
 
 class AttachMessage(_message.Message):
-    __slots__ = ("hello", "defer", "flushed")
+    __slots__ = ("hello", "defer", "flushed", "handover")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     DEFER_FIELD_NUMBER: _ClassVar[int]
     FLUSHED_FIELD_NUMBER: _ClassVar[int]
+    HANDOVER_FIELD_NUMBER: _ClassVar[int]
     hello: AttachHello
     defer: DeferRequest
     flushed: FlushResult
-    def __init__(self, hello: _Optional[_Union[AttachHello, _Mapping]] = ..., defer: _Optional[_Union[DeferRequest, _Mapping]] = ..., flushed: _Optional[_Union[FlushResult, _Mapping]] = ...) -> None: ...
+    handover: HandOver
+    def __init__(self, hello: _Optional[_Union[AttachHello, _Mapping]] = ..., defer: _Optional[_Union[DeferRequest, _Mapping]] = ..., flushed: _Optional[_Union[FlushResult, _Mapping]] = ..., handover: _Optional[_Union[HandOver, _Mapping]] = ...) -> None: ...
+
+class HandOver(_message.Message):
+    __slots__ = ("task_attempt", "commit")
+    TASK_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_FIELD_NUMBER: _ClassVar[int]
+    task_attempt: int
+    commit: CommitRequest
+    def __init__(self, task_attempt: _Optional[int] = ..., commit: _Optional[_Union[CommitRequest, _Mapping]] = ...) -> None: ...
 
 class AttachHello(_message.Message):
     __slots__ = ("pid", "held")
@@ -573,19 +583,21 @@ class DeferRequest(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., task_attempt: _Optional[int] = ...) -> None: ...
 
 class FlushResult(_message.Message):
-    __slots__ = ("task_attempt", "ok", "error", "keys")
+    __slots__ = ("task_attempt", "ok", "error", "keys", "handed_over")
     TASK_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     OK_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     KEYS_FIELD_NUMBER: _ClassVar[int]
+    HANDED_OVER_FIELD_NUMBER: _ClassVar[int]
     task_attempt: int
     ok: bool
     error: str
     keys: int
-    def __init__(self, task_attempt: _Optional[int] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ..., keys: _Optional[int] = ...) -> None: ...
+    handed_over: int
+    def __init__(self, task_attempt: _Optional[int] = ..., ok: _Optional[bool] = ..., error: _Optional[str] = ..., keys: _Optional[int] = ..., handed_over: _Optional[int] = ...) -> None: ...
 
 class AttachOrder(_message.Message):
-    __slots__ = ("kind", "task_attempt", "request_id", "worker", "retry_ms", "adopted")
+    __slots__ = ("kind", "task_attempt", "request_id", "worker", "adopted")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         ATTACHED: _ClassVar[AttachOrder.Kind]
@@ -600,12 +612,10 @@ class AttachOrder(_message.Message):
     TASK_ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     WORKER_FIELD_NUMBER: _ClassVar[int]
-    RETRY_MS_FIELD_NUMBER: _ClassVar[int]
     ADOPTED_FIELD_NUMBER: _ClassVar[int]
     kind: AttachOrder.Kind
     task_attempt: int
     request_id: int
     worker: str
-    retry_ms: int
     adopted: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, kind: _Optional[_Union[AttachOrder.Kind, str]] = ..., task_attempt: _Optional[int] = ..., request_id: _Optional[int] = ..., worker: _Optional[str] = ..., retry_ms: _Optional[int] = ..., adopted: _Optional[_Iterable[int]] = ...) -> None: ...
+    def __init__(self, kind: _Optional[_Union[AttachOrder.Kind, str]] = ..., task_attempt: _Optional[int] = ..., request_id: _Optional[int] = ..., worker: _Optional[str] = ..., adopted: _Optional[_Iterable[int]] = ...) -> None: ...

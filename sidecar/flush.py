@@ -12,11 +12,14 @@ sends the task's FINISHED status:
    registration is here before the worker's output can reach the JVM and the task end.
 3. The plugin connects to the barrier socket and writes `FLUSH N`. Every worker that
    registered N gets a FLUSH order, commits N's changes through the ordinary Commit RPC
-   (fenced by its epoch, durable as the job asked) and answers with a FlushResult.
+   (fenced by its epoch, durable as the job asked) and answers with a FlushResult. A
+   commit Redis does not take (an outage, replicas behind) the worker hands over
+   instead (HandOver messages): the sidecar makes it, waiting out Redis within the
+   flush timeout (flush_writes.py), so the worker need not live that long.
 4. The barrier answers `OK <keys>` when every one of them committed, else `FAIL
    <reason>`: the plugin then stops the executor before FINISHED can be sent (fail-stop),
    Spark runs the task again and the retry rolls the batch back. A Redis outage is
-   waited out first: the workers retry their commits, within the flush timeout. A worker
+   waited out first, within the flush timeout. A worker
    whose stream ended is waited for while its process lives (it attaches again and says
    which attempts it still holds); one that died makes its attempts fail.
 5. `DISCARD N` (onTaskFailed) tells the workers to drop N's changes.
@@ -26,7 +29,7 @@ sends the task's FINISHED status:
    reported done. Once marked, another attempt of the same application that replays the
    batch (a zombie of a failed stage attempt, a speculative copy) keeps the finished
    state aside, which a later batch restores if that attempt never finishes. How the
-   mark waits for Redis is marks.py's.
+   mark waits for Redis is flush_writes.py's.
 
 The plugin's end, a line protocol on a Unix socket, is barrier.py.
 
@@ -49,13 +52,14 @@ import os
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
 from taskstate.proto import taskstate_pb2 as pb
 from taskstate.proto.ids import split_attempt
 
 from . import metrics
+from .flush_writes import Commit, MarkDone, commit_handed_over, mark_finished
 from .journal import Journal
-from .marks import MarkDone, mark_finished
 from .orphans import Orphans
 from .storage.values import TaskKey
 
@@ -65,9 +69,6 @@ Order = pb.AttachOrder
 
 DEFAULT_FLUSH_TIMEOUT_S = 120.0
 OPENED_MAX = 4096  # task attempts whose Opens are remembered until their FLUSH or DISCARD
-# what a worker's last commit try may take past the end of its retries (a Redis deadline),
-# at most a quarter of the flush timeout
-RETRY_MARGIN_S = 30.0
 
 
 @dataclass(eq=False)
@@ -79,6 +80,7 @@ class _Link:
     pid: int = 0
     attempts: set[int] = field(default_factory=set)
     waiting: dict[int, asyncio.Future[pb.FlushResult]] = field(default_factory=dict)
+    handed: dict[int, list[pb.CommitRequest]] = field(default_factory=dict)  # HandOver
     gone: bool = False
 
 
@@ -90,9 +92,11 @@ class FlushCoordinator:
         timeout_s: float = DEFAULT_FLUSH_TIMEOUT_S,
         mark_done: MarkDone | None = None,
         journal: Journal | None = None,
+        commit: Commit | None = None,
     ) -> None:
         self.timeout_s = timeout_s
         self.mark_done = mark_done  # TaskStore.mark_done (None: nothing is marked)
+        self.commit = commit  # the Commit RPC, for what workers hand over
         self.journal = journal  # None: a restarted sidecar would know nothing (tests)
         self._ids = itertools.count(1)
         self._links: dict[str, _Link] = {}
@@ -193,6 +197,9 @@ class FlushCoordinator:
                     link.orders.put_nowait(
                         Order(kind=Order.DEFERRED, request_id=msg.defer.request_id, task_attempt=n)
                     )
+                elif kind == "handover":
+                    h = msg.handover
+                    link.handed.setdefault(h.task_attempt, []).append(h.commit)
                 elif kind == "flushed":
                     waiter = link.waiting.pop(msg.flushed.task_attempt, None)
                     if waiter is not None and not waiter.done():
@@ -320,8 +327,6 @@ class FlushCoordinator:
             problems.insert(0, lost)
         waits: list[tuple[_Link, asyncio.Future[pb.FlushResult]]] = []
         loop = asyncio.get_running_loop()
-        margin = min(RETRY_MARGIN_S, self.timeout_s / 4)
-        retry_ms = int(max(0.0, deadline - time.monotonic() - margin) * 1000)
         for worker in sorted(holders):
             link = self._links.get(worker)
             if link is None:
@@ -330,7 +335,8 @@ class FlushCoordinator:
             link.attempts.discard(attempt)
             fut: asyncio.Future[pb.FlushResult] = loop.create_future()
             link.waiting[attempt] = fut
-            link.orders.put_nowait(Order(kind=Order.FLUSH, task_attempt=attempt, retry_ms=retry_ms))
+            link.handed.pop(attempt, None)
+            link.orders.put_nowait(Order(kind=Order.FLUSH, task_attempt=attempt))
             waits.append((link, fut))
         keys = 0
         if waits:
@@ -344,10 +350,23 @@ class FlushCoordinator:
                     )
                     continue
                 r = fut.result()
-                if r.ok:
-                    keys += r.keys
-                else:
+                handed = link.handed.pop(attempt, [])
+                if not r.ok:
                     problems.append(f"worker pid {link.pid}: {r.error}")
+                elif len(handed) != r.handed_over or (handed and self.commit is None):
+                    problems.append(
+                        f"worker pid {link.pid} handed over {r.handed_over} commits, "
+                        f"{len(handed)} arrived"
+                    )
+                else:
+                    commit = cast("Commit", self.commit)  # set whenever anything was handed
+                    for req in handed:
+                        problem = await commit_handed_over(commit, req, deadline, self.timeout_s)
+                        if problem:
+                            problems.append(f"worker pid {link.pid}: {problem}")
+                            break
+                    else:
+                        keys += r.keys
         return True, problems, keys
 
     def discard(self, attempt: int) -> None:

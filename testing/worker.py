@@ -64,8 +64,8 @@ def before_flush(hook: Callable[[int], None]) -> None:
 
     flush = buffer.flush
 
-    def flush_after_hook(attempt: int, retry_s: float = 0.0) -> Any:
+    def flush_after_hook(attempt: int) -> Any:
         hook(attempt)
-        return flush(attempt, retry_s)
+        return flush(attempt)
 
     buffer.flush = flush_after_hook  # type: ignore[method-assign]

@@ -169,16 +169,18 @@ def add_to_server(
     """
     guard = Guard(limits.max_in_flight, auth)
     tasks = MeteredTaskStore(backend.tasks)
-    if flush is not None and flush.mark_done is None:
-        flush.mark_done = tasks.mark_done
+    task_rpcs = TaskRpcs(
+        tasks,
+        limits,
+        flush is not None,
+        sweeper.note if sweeper else lambda t: None,
+        flush.opened if flush else lambda t, b, a: None,
+    )
+    if flush is not None:
+        flush.mark_done = flush.mark_done or tasks.mark_done
+        flush.commit = flush.commit or task_rpcs.Commit  # what workers hand over
     audiences = (
-        TaskRpcs(
-            tasks,
-            limits,
-            flush is not None,
-            sweeper.note if sweeper else lambda t: None,
-            flush.opened if flush else lambda t, b, a: None,
-        ),
+        task_rpcs,
         ReadRpcs(tasks, backend.admin, limits),
         AdminRpcs(backend.admin, tasks, backend.seeds, limits, redis_url),
         SeedRpcs(backend.seeds, limits),

@@ -34,6 +34,7 @@ from typing import Any
 import pytest
 
 from taskstate.demo.example import Runner, build_parser
+from taskstate.demo.faults import sidecars_of
 from taskstate.demo.jobs import (
     expected_rows,
     expected_state,
@@ -58,7 +59,9 @@ class Outage:
     batch: int
     moment: str  # faults.OUTAGE_MOMENTS
     seconds: float
-    kind: str  # "stop" (SIGSTOP, then SIGCONT) or "kill" (SIGKILL, then a restart)
+    # "stop" (SIGSTOP, then SIGCONT) or "kill" (SIGKILL, then a restart) Redis; "sidecar":
+    # SIGKILL the sidecar of the task's executor (its plugin starts a new one at once)
+    kind: str
 
 
 # mapInPandas meets every moment, at every length, both kinds; the other APIs the
@@ -89,11 +92,14 @@ PLANS: dict[str, tuple[Outage, ...]] = {
         Outage(2, "commit", 30, "kill"),
         Outage(3, "open", 15, "kill"),
     ),
-    # held group changes: the outage strikes as the flush asks the worker for them
+    # held group changes: the outage strikes as the flush asks the worker for them; the
+    # sidecar is killed while the worker holds them, and as the flush asks for them
     "applyInPandasWithState": (
         Outage(1, "flush", 60, "stop"),
         Outage(2, "flush", 30, "kill"),
         Outage(3, "commit", 15, "stop"),
+        Outage(4, "held", 0, "sidecar"),
+        Outage(5, "flush", 0, "sidecar"),
     ),
 }
 
@@ -111,15 +117,20 @@ class Result:
     sidecar_logs: str
 
 
-def _broken(redis: RedisServer, outage: Outage) -> None:
+def _broken(redis: RedisServer, outage: Outage, marker: Path) -> None:
     assert redis.proc is not None
-    if outage.kind == "stop":
+    if outage.kind == "sidecar":
+        for pid in sidecars_of(int(marker.read_text())):
+            os.kill(pid, signal.SIGKILL)
+    elif outage.kind == "stop":
         os.kill(redis.proc.pid, signal.SIGSTOP)
     else:
         redis.kill(signal.SIGKILL)
 
 
 def _mended(redis: RedisServer, outage: Outage) -> None:
+    if outage.kind == "sidecar":
+        return  # the plugin's supervisor starts a new one
     if outage.kind == "stop":
         assert redis.proc is not None
         os.kill(redis.proc.pid, signal.SIGCONT)
@@ -154,13 +165,13 @@ def _run(api: str, workdir: Path, plugin_jar: str) -> Result:
         for outage in plan:
             marker = faults / f"outage-{outage.batch}-{outage.moment}"
             deadline = time.monotonic() + 900
-            while not marker.exists():
+            while not marker.exists():  # written whole, with the executor's pid
                 if proc.poll() is not None or time.monotonic() > deadline:
                     runner.wait(proc, "run")
                     raise RuntimeError(f"{api}: the query ended before {marker.name}")
                 time.sleep(0.05)
             t0 = time.monotonic()
-            _broken(redis, outage)
+            _broken(redis, outage, marker)
             marker.with_name(marker.name + ".go").write_text("")
             while time.monotonic() - t0 < outage.seconds:
                 time.sleep(0.05)
@@ -263,6 +274,16 @@ def test_the_outage_at_the_tasks_end_was_waited_out_at_the_batch_mark(
 def test_held_group_changes_waited_for_redis_at_the_flush(
     results: Runs[Result],
 ) -> None:
-    """The worker retried its held commit until Redis was back (its stderr, the executor's)."""
+    """The worker handed its held commit to the sidecar (its stderr, the executor's), which
+    waited until Redis was back (the sidecars' log)."""
     r = results["applyInPandasWithState"]
-    assert "Redis did not take a flush, retrying" in r.executor_logs
+    assert "Redis did not take a flush; handed" in r.executor_logs
+    assert "a commit handed over by a worker waits for Redis" in r.sidecar_logs
+
+
+def test_a_sidecar_killed_while_the_worker_held_changes_was_waited_for(
+    results: Runs[Result],
+) -> None:
+    """The worker attached to the restarted sidecar with what it held (the sidecars' log)."""
+    r = results["applyInPandasWithState"]
+    assert "a worker attached again with held group changes" in r.sidecar_logs

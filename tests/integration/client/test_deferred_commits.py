@@ -273,7 +273,7 @@ def test_redis_unavailable_past_the_flush_timeout_fails_it_naming_the_outage(
         groups(ctx, side.target, namespace, 30)
         answer = ask_while_redis_sleeps(redis_server, barrier, f"FLUSH {ctx.taskAttemptId()}", 7)
         assert answer.startswith("FAIL ") and "STORAGE_UNAVAILABLE" in answer, answer
-        assert "Redis did not take the held group changes for" in answer, answer
+        assert "Redis did not take the held group changes of task" in answer, answer
         assert "spark.taskstate.flushTimeoutSeconds" in answer, answer
         # a write that timed out may still have been applied when Redis woke: all or nothing
         assert stored(redis_server, namespace, int) in (

@@ -9,6 +9,7 @@ import pytest
 from taskstate.client import LocalContext
 from taskstate.client._buffer import Buffer, Held, _Attempt, changes_can_wait_for_the_flush
 from taskstate.client._session import OpenInfo, Session
+from taskstate.proto import taskstate_pb2 as pb
 
 
 class TaskContext:
@@ -56,6 +57,11 @@ def test_a_later_blocks_changes_win_and_one_commit_sends_them() -> None:
         ) -> None:
             sent.append((sorted(upserts), sorted(deletes)))
 
+        def requests(
+            self, session: Session, upserts: list[tuple[str, bytes]], deletes: list[str]
+        ) -> list[pb.CommitRequest]:
+            return []
+
     held = Held(session, Recorder())
     held.merge([("a", b"1"), ("b", b"1")], ["c"])
     held.merge([("c", b"2")], ["a"])
@@ -77,6 +83,11 @@ def test_a_forked_child_neither_flushes_nor_merges_into_its_parents_held_changes
         def send(self, *args: object) -> None:
             sent.append(args)
 
+        def requests(
+            self, session: Session, upserts: list[tuple[str, bytes]], deletes: list[str]
+        ) -> list[pb.CommitRequest]:
+            return []
+
     b = Buffer()
     entry = _Attempt(attachment=object())  # type: ignore[arg-type]
     entry.tasks["t"] = Held(session, Recorder())
@@ -86,7 +97,7 @@ def test_a_forked_child_neither_flushes_nor_merges_into_its_parents_held_changes
     monkeypatch.setattr("taskstate.client._buffer.os.getpid", lambda: -1)  # the child
     assert not b.holds(7)
     b.commit_task(7, "t")
-    assert b.flush(7).flushed.keys == 0
+    assert b.flush(7)[-1].flushed.keys == 0
     assert sent == []
 
 
