@@ -46,6 +46,7 @@ log = logging.getLogger("taskstate.client")
 Order = pb.AttachOrder
 
 REATTACH_S = 120.0  # how long a process holding changes tries to attach again
+HANDOVERS_KEPT = 4  # answers whose hand-overs are kept, to give again on a new stream
 
 
 def changes_can_wait_for_the_flush(ctx: object) -> bool:
@@ -251,6 +252,10 @@ class Buffer:
             self._answers[attempt] = answer
             while len(self._answers) > ANSWERS_KEPT:
                 self._answers.popitem(last=False)
+            # hand-overs (change sets) only of the latest: an older one asked again
+            # fails its flush on the count (safe: the executor stops), instead of memory
+            for n in list(self._answers)[:-HANDOVERS_KEPT]:
+                self._answers[n] = self._answers[n][-1:]
         return answer
 
     def attached_again(self, new: Attachment) -> None:
@@ -329,26 +334,31 @@ class Buffer:
 def _flush(attempt: int, entry: _Attempt | None) -> list[pb.AttachMessage]:
     """Commit what `entry` holds; hand over what Redis does not take; the answer last."""
     keys, out = 0, []
+    handing: TaskStateError | None = None  # once Redis did not take one, the rest is handed
     try:
         for held in entry.tasks.values() if entry is not None else ():
-            try:
-                keys += held.commit()
-            except (StorageUnavailableError, DurabilityError) as exc:
-                if not _passing(exc):
-                    raise
-                requests = held.hand_over()
-                log.warning(
-                    "taskstate: Redis did not take a flush; handed %d commit(s) to the "
-                    "sidecar, which waits for Redis: %s",
-                    len(requests),
-                    exc,
-                )
-                out += [
-                    pb.AttachMessage(handover=pb.HandOver(task_attempt=attempt, commit=r))
-                    for r in requests
-                ]
-                keys += len(held.upserts) + len(held.deletes)
-                held.clear()
+            if handing is None:
+                try:
+                    keys += held.commit()
+                    continue
+                except (StorageUnavailableError, DurabilityError) as exc:
+                    if not _passing(exc):
+                        raise
+                    handing = exc
+            requests = held.hand_over()
+            out += [
+                pb.AttachMessage(handover=pb.HandOver(task_attempt=attempt, commit=r))
+                for r in requests
+            ]
+            keys += len(held.upserts) + len(held.deletes)
+            held.clear()
+        if handing is not None:
+            log.warning(
+                "taskstate: Redis did not take a flush; handed %d commit(s) to the sidecar, "
+                "which waits for Redis: %s",
+                len(out),
+                handing,
+            )
     except TaskStateError as exc:
         return [*out, _result(attempt, False, f"{exc.code}: {exc}", keys)]
     except Exception as exc:  # never leave the sidecar waiting without an answer

@@ -50,7 +50,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -81,6 +81,8 @@ class _Link:
     attempts: set[int] = field(default_factory=set)
     waiting: dict[int, asyncio.Future[pb.FlushResult]] = field(default_factory=dict)
     handed: dict[int, list[pb.CommitRequest]] = field(default_factory=dict)  # HandOver
+    refused: dict[int, str] = field(default_factory=dict)  # a HandOver the stream may not make
+    allows: Callable[[str], bool] | None = None  # the stream's token: which namespaces
     gone: bool = False
 
 
@@ -162,9 +164,17 @@ class FlushCoordinator:
 
     # -- the workers' side ---------------------------------------------------------
 
-    async def attach(self, requests: AsyncIterator[pb.AttachMessage]) -> AsyncIterator[Order]:
-        """Serve one worker's Attach stream until it ends."""
-        link = _Link(worker=f"w{os.getpid()}-{next(self._ids)}")
+    async def attach(
+        self,
+        requests: AsyncIterator[pb.AttachMessage],
+        allows: Callable[[str], bool] | None = None,
+    ) -> AsyncIterator[Order]:
+        """Serve one worker's Attach stream until it ends.
+
+        `allows`: the namespaces the stream's token may write (None: tokens are off); a
+        commit it hands over for another namespace fails its flush.
+        """
+        link = _Link(worker=f"w{os.getpid()}-{next(self._ids)}", allows=allows)
         self._links[link.worker] = link
         reader = asyncio.create_task(self._read(link, requests))
         try:
@@ -199,7 +209,13 @@ class FlushCoordinator:
                     )
                 elif kind == "handover":
                     h = msg.handover
-                    link.handed.setdefault(h.task_attempt, []).append(h.commit)
+                    if link.allows is not None and not link.allows(h.commit.task.namespace):
+                        link.refused[h.task_attempt] = (
+                            f"a commit handed over for namespace {h.commit.task.namespace!r}, "
+                            "which the stream's token may not write"
+                        )
+                    else:
+                        link.handed.setdefault(h.task_attempt, []).append(h.commit)
                 elif kind == "flushed":
                     waiter = link.waiting.pop(msg.flushed.task_attempt, None)
                     if waiter is not None and not waiter.done():
@@ -336,6 +352,7 @@ class FlushCoordinator:
             fut: asyncio.Future[pb.FlushResult] = loop.create_future()
             link.waiting[attempt] = fut
             link.handed.pop(attempt, None)
+            link.refused.pop(attempt, None)
             link.orders.put_nowait(Order(kind=Order.FLUSH, task_attempt=attempt))
             waits.append((link, fut))
         keys = 0
@@ -345,14 +362,18 @@ class FlushCoordinator:
             for link, fut in waits:
                 if fut in pending:
                     link.waiting.pop(attempt, None)
+                    link.handed.pop(attempt, None)
                     problems.append(
                         f"worker pid {link.pid} did not flush within {self.timeout_s:g} s"
                     )
                     continue
                 r = fut.result()
                 handed = link.handed.pop(attempt, [])
+                refused = link.refused.pop(attempt, None)
                 if not r.ok:
                     problems.append(f"worker pid {link.pid}: {r.error}")
+                elif refused:
+                    problems.append(f"worker pid {link.pid}: {refused}")
                 elif len(handed) != r.handed_over or (handed and self.commit is None):
                     problems.append(
                         f"worker pid {link.pid} handed over {r.handed_over} commits, "

@@ -80,6 +80,8 @@ async def commit_handed_over(
                     extra={"task": task, "error": str(exc)},
                 )
             await asyncio.sleep(PAUSE_S)
+        except Exception as exc:  # e.g. a Redis error reply (OOM): fails the flush, named
+            return f"{type(exc).__name__}: {exc}"
 
 
 async def mark_finished(

@@ -13,6 +13,7 @@ from taskstate.proto import taskstate_pb2 as pb
 
 from ..errors import SidecarError
 from ..flush import FlushCoordinator
+from .guard import current_grant
 
 
 class FlushRpcs:
@@ -31,5 +32,6 @@ class FlushRpcs:
                 "Attach: this sidecar has no flush barrier (it runs without the executor "
                 "plugin); commit each block instead.",
             )
-        async for order in self.flush.attach(requests):
+        grant = current_grant()
+        async for order in self.flush.attach(requests, grant.allows if grant else None):
             yield order

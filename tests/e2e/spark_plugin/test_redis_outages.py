@@ -64,7 +64,7 @@ class Outage:
     kind: str
 
 
-# mapInPandas meets every moment, at every length, both kinds; the other APIs the
+# mapInPandas meets every moment at every length, each of both kinds; the other APIs the
 # outage that cost executors (the task's end) and a failover at the commit and the Open.
 PLANS: dict[str, tuple[Outage, ...]] = {
     "mapInPandas": (
@@ -76,6 +76,10 @@ PLANS: dict[str, tuple[Outage, ...]] = {
         Outage(6, "open", 60, "kill"),
         Outage(7, "commit", 15, "kill"),
         Outage(8, "mid", 60, "stop"),
+        Outage(9, "open", 30, "stop"),
+        Outage(10, "mid", 15, "kill"),
+        Outage(11, "end", 15, "stop"),
+        Outage(12, "commit", 30, "stop"),
     ),
     "foreachBatch-mapPartitions": (
         Outage(1, "end", 60, "stop"),

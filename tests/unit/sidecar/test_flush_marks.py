@@ -14,6 +14,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -389,3 +390,81 @@ def test_marks_of_several_tasks_end_within_the_flush_timeout_when_redis_hangs() 
     answer, took = asyncio.run(timed())
     assert answer == (True, "", 0)  # unmarked, not failed: the changes are durable
     assert took < 3.0, took
+
+
+class Commits:
+    """The Commit RPC as the coordinator calls it for hand-overs: `fail` errors first."""
+
+    def __init__(self, *fail: SidecarError) -> None:
+        self.fail = list(fail)
+        self.made: list[pb.CommitRequest] = []
+
+    async def __call__(self, req: pb.CommitRequest) -> object:
+        if self.fail:
+            raise self.fail.pop(0)
+        self.made.append(req)
+        return None
+
+
+def _request(key: str, namespace: str = "ns") -> pb.CommitRequest:
+    return pb.CommitRequest(
+        task=pb.TaskId(namespace=namespace, component="c", partition=0),
+        epoch=3,
+        packed_upserts=key.encode(),  # the coordinator does not unpack them
+    )
+
+
+def _hand_over(
+    fc: FlushCoordinator,
+    handed: list[pb.CommitRequest],
+    count: int,
+    allows: Any = None,
+) -> tuple[bool, str, int]:
+    """A worker that holds attempt 8 answers its FLUSH with `handed`, then goes away."""
+
+    async def run() -> tuple[bool, str, int]:
+        requests: asyncio.Queue[pb.AttachMessage | None] = asyncio.Queue()
+
+        async def stream() -> AsyncIterator[pb.AttachMessage]:
+            while (msg := await requests.get()) is not None:
+                yield msg
+
+        orders = fc.attach(stream(), allows)
+        requests.put_nowait(pb.AttachMessage(hello=pb.AttachHello(pid=os.getpid())))
+        await anext(orders)
+        requests.put_nowait(pb.AttachMessage(defer=pb.DeferRequest(request_id=1, task_attempt=8)))
+        await anext(orders)
+        flushing = asyncio.create_task(fc.flush(8))
+        assert (await anext(orders)).kind == pb.AttachOrder.FLUSH
+        for req in handed:
+            requests.put_nowait(pb.AttachMessage(handover=pb.HandOver(task_attempt=8, commit=req)))
+        done = pb.FlushResult(task_attempt=8, ok=True, keys=3, handed_over=count)
+        requests.put_nowait(pb.AttachMessage(flushed=done))
+        result = await flushing
+        requests.put_nowait(None)  # the worker is closed (PySpark's idle workers)
+        return result
+
+    return asyncio.run(run())
+
+
+def test_commits_a_worker_hands_over_are_made_in_order_waiting_out_redis(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("taskstate.sidecar.flush_writes.PAUSE_S", 0.01)
+    commits = Commits(DOWN, DOWN)  # Redis away for two tries
+    fc = FlushCoordinator(timeout_s=30, commit=commits)
+    assert _hand_over(fc, [_request("a"), _request("b")], 2) == (True, "", 3)
+    assert [r.packed_upserts for r in commits.made] == [b"a", b"b"]
+
+
+def test_a_hand_over_short_of_its_count_or_refused_fails_the_flush_at_once() -> None:
+    missing = FlushCoordinator(timeout_s=30, commit=Commits())
+    ok, why, _ = _hand_over(missing, [_request("a")], 2)
+    assert not ok and "handed over 2 commits, 1 arrived" in why
+    fenced = SidecarError(codes.FENCED, "task ns/c/0: fenced")
+    refused = FlushCoordinator(timeout_s=30, commit=Commits(fenced))
+    ok, why, _ = _hand_over(refused, [_request("a")], 1)  # FENCED: no waiting (30 s)
+    assert not ok and "FENCED" in why
+    other = FlushCoordinator(timeout_s=30, commit=Commits())
+    ok, why, _ = _hand_over(other, [_request("a", "other")], 1, allows=lambda ns: ns == "ns")
+    assert not ok and "namespace 'other'" in why
