@@ -59,7 +59,7 @@ from taskstate.proto.ids import split_attempt
 
 from . import metrics
 from .flush_writes import Commit, MarkDone, commit_handed_over, mark_finished
-from .journal import Journal
+from .journal import Inherited, Journal, inherited
 from .orphans import Orphans
 from .storage.values import TaskKey
 
@@ -111,35 +111,24 @@ class FlushCoordinator:
         # task attempt -> the tasks it opened here, each at (batch, attempt id SCOPE:N)
         self._opened: dict[int, dict[TaskKey, tuple[int, str]]] = {}
         if journal is not None:
-            self._inherit(journal.open())
+            self._inherit(inherited(journal.open()))
 
-    def _inherit(self, records: list[list[object]]) -> None:
+    def _inherit(self, taken: Inherited) -> None:
         """Take over what the killed predecessor's journal says of attempts not ended."""
-        held: set[int] = set()
-        for record in records:
-            attempt = int(record[1])  # type: ignore[call-overload]
-            if record[0] == "deferred":  # whatever else it says, the attempt held changes
-                held.add(attempt)
-                try:
-                    self._orphans.add(attempt, int(record[2]))  # type: ignore[call-overload]
-                except (IndexError, ValueError, TypeError):
-                    self._lost[attempt] = (
-                        "the sidecar was restarted during the task while a Python worker "
-                        "held group changes of this task attempt, and its journal does not "
-                        "say which"
-                    )
-                continue
-            try:
-                ns, comp, part, batch, attempt_id = record[2:]
-                task = TaskKey(str(ns), str(comp), int(part))  # type: ignore[call-overload]
-                self._opened.setdefault(attempt, {})[task] = (int(batch), str(attempt_id))  # type: ignore[call-overload]
-            except (ValueError, TypeError):
-                log.warning("skipped a malformed Open in the journal", extra={"record": record})
-        if records:
+        self._opened = taken.opened
+        for attempt, pids in taken.held.items():
+            for pid in pids:
+                self._orphans.add(attempt, pid)
+        for attempt in taken.unnamed:
+            self._lost[attempt] = (
+                "the sidecar was restarted during the task while a Python worker held group "
+                "changes of this task attempt, and its journal does not say which"
+            )
+        if taken.opened or taken.held or taken.unnamed:
             log.warning(
                 "a restarted sidecar took over the flush barrier's journal; the workers that "
                 "held group changes are waited for until they attach again",
-                extra={"attempts": len(self._opened.keys() | held), "held": len(held)},
+                extra={"attempts": len(taken.opened.keys() | taken.held.keys())},
             )
 
     def opened(self, task: TaskKey, batch: int | None, attempt_id: str) -> None:

@@ -11,10 +11,48 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .storage.values import TaskKey
+
+log = logging.getLogger("taskstate.sidecar.flush")
+
+
+@dataclass
+class Inherited:
+    """What a predecessor's journal says of the attempts it did not end."""
+
+    # attempt -> the tasks it opened, each at (batch, attempt id SCOPE:N)
+    opened: dict[int, dict[TaskKey, tuple[int, str]]] = field(default_factory=dict)
+    held: dict[int, set[int]] = field(default_factory=dict)  # attempt -> pids of workers
+    unnamed: set[int] = field(default_factory=set)  # held by a worker the record fails to name
+
+
+def inherited(records: list[list[object]]) -> Inherited:
+    """`Journal.open`'s records, read.
+
+    A record that cannot be read is logged and skipped, except a deferral, which always
+    counts as held changes.
+    """
+    out = Inherited()
+    for record in records:
+        attempt = int(record[1])  # type: ignore[call-overload]
+        try:
+            if record[0] == "deferred":
+                out.held.setdefault(attempt, set()).add(int(record[2]))  # type: ignore[call-overload]
+                continue
+            ns, comp, part, batch, attempt_id = record[2:]
+            task = TaskKey(str(ns), str(comp), int(part))  # type: ignore[call-overload]
+            out.opened.setdefault(attempt, {})[task] = (int(batch), str(attempt_id))  # type: ignore[call-overload]
+        except (IndexError, ValueError, TypeError):
+            if record[0] == "deferred":  # whatever else it says, the attempt held changes
+                out.unnamed.add(attempt)
+            else:
+                log.warning("skipped a malformed Open in the journal", extra={"record": record})
+    return out
 
 
 class Journal:

@@ -74,10 +74,20 @@ def ask(barrier: Path, line: str) -> str:
 
 
 def ask_while_redis_sleeps(redis_server: RedisServer, barrier: Path, line: str, s: int) -> str:
-    """`ask(barrier, line)` while Redis sleeps `s` seconds (DEBUG SLEEP from the start)."""
-    sleeper = threading.Thread(
-        target=lambda: redis_server.client().execute_command("DEBUG", "SLEEP", s)
+    """`ask(barrier, line)` while Redis sleeps `s` seconds (DEBUG SLEEP from the start).
+
+    Sent once: redis-py retries a call that timed out, which would send DEBUG SLEEP again.
+    """
+    import redis
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    client = redis.Redis(
+        unix_socket_path=str(redis_server.socket),
+        socket_timeout=s + 30,
+        retry=Retry(NoBackoff(), 0),
     )
+    sleeper = threading.Thread(target=lambda: client.execute_command("DEBUG", "SLEEP", s))
     sleeper.start()
     redis_blocked(redis_server.socket)
     try:
