@@ -82,7 +82,7 @@ def ask_while_redis_sleeps(redis_server: RedisServer, barrier: Path, line: str, 
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
-    client = redis.Redis(
+    client: Any = redis.Redis(
         unix_socket_path=str(redis_server.socket),
         socket_timeout=s + 30,
         retry=Retry(NoBackoff(), 0),
