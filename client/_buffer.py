@@ -43,8 +43,6 @@ from ._transport import Transport
 
 log = logging.getLogger("taskstate.client")
 
-Order = pb.AttachOrder
-
 REATTACH_S = 120.0  # how long a process holding changes tries to attach again
 HANDOVERS_KEPT = 4  # answers whose hand-overs are kept, to give again on a new stream
 
